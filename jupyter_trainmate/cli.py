@@ -1,0 +1,56 @@
+"""The `trainmate` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._version import __version__
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import DataPathError, run_checks
+    from .doctor.report import passed, to_json, to_table
+
+    try:
+        findings = run_checks(args.data)
+    except DataPathError as exc:
+        print(f"trainmate doctor: error: {exc}", file=sys.stderr)
+        return 2
+    print(to_json(findings) if args.json else to_table(findings))
+    return 0 if passed(findings) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainmate",
+        description="Train PyTorch models in Jupyter: fast, observable and clean enough to ship.",
+    )
+    parser.add_argument("--version", action="version", version=f"jupyter_trainmate {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    doctor = commands.add_parser(
+        "doctor",
+        help="check this machine before a long training run",
+        description="Check Python, torch, CUDA, GPUs, TF32, pip, the environment, CPUs, memory "
+        "and /dev/shm; with --data, also where the training data lives and how fast it reads. "
+        "Exit status 0 when no check fails.",
+    )
+    doctor.add_argument("--json", action="store_true", help="print the findings as JSON")
+    doctor.add_argument(
+        "--data", type=Path, metavar="PATH", help="training data: file system, disk, read speed"
+    )
+    doctor.set_defaults(run=_doctor)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
