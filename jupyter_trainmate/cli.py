@@ -8,17 +8,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._version import __version__
+from .errors import TrainmateError
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from .doctor import DataPathError, run_checks
+    from .doctor import run_checks
     from .doctor.report import passed, to_json, to_table
 
-    try:
-        findings = run_checks(args.data)
-    except DataPathError as exc:
-        print(f"trainmate doctor: error: {exc}", file=sys.stderr)
-        return 2
+    findings = run_checks(args.data)
     print(to_json(findings) if args.json else to_table(findings))
     return 0 if passed(findings) else 1
 
@@ -48,7 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    result: int = args.run(args)
+    try:
+        result: int = args.run(args)
+    except TrainmateError as exc:
+        print(f"trainmate {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     return result
 
 

@@ -16,6 +16,7 @@ class TrainmateMagics(Magics):  # type: ignore[misc]  # IPython ships no type hi
     def trainmate(self, line: str) -> None:
         """Run a trainmate command in the kernel, e.g. `%trainmate doctor --json`."""
         from .cli import build_parser
+        from .errors import TrainmateError
 
         parser = build_parser()
         parser.prog = "%trainmate"
@@ -25,6 +26,7 @@ class TrainmateMagics(Magics):  # type: ignore[misc]  # IPython ships no type hi
             if exc.code:
                 raise UsageError(f"%trainmate {line}: see %trainmate --help") from None
             return
-        status = args.run(args)
-        if status == 2:
-            raise UsageError(f"%trainmate {line}: bad arguments")
+        try:
+            args.run(args)
+        except TrainmateError as exc:
+            raise UsageError(f"%trainmate {args.command}: {exc}") from None

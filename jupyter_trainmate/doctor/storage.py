@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from ..errors import TrainmateError
 from .checks import Finding
 
 NETWORK_FS = {
@@ -31,7 +32,7 @@ SLOW_READ_MB_S = 100.0
 JUDGE_MIN_BYTES = 16 * 1024**2
 
 
-class DataPathError(ValueError):
+class DataPathError(TrainmateError):
     """The `--data` path cannot be checked (the message is one line for the user)."""
 
 

@@ -1,0 +1,57 @@
+"""Execute every bundled notebook headless with nbclient; write the executed copies to build/demo/.
+
+The bundled notebooks are never overwritten: each executed copy is written atomically under
+build/demo/. Prints each notebook's last output line, so the demo shows what the run did.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "build" / "demo"
+
+
+def last_text(nb: nbformat.NotebookNode) -> str:
+    for cell in reversed(nb.cells):
+        for output in reversed(cell.get("outputs", [])):
+            if output.get("output_type") == "stream" and output.get("text", "").strip():
+                return str(output["text"]).strip().splitlines()[-1]
+    return "(no text output)"
+
+
+def run(path: Path) -> bool:
+    nb = nbformat.read(path, as_version=4)
+    started = time.perf_counter()
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    ok = True
+    try:
+        client.execute()
+    except CellExecutionError as exc:
+        ok = False
+        print(f"{path.name}: FAILED: {str(exc).strip().splitlines()[-1]}", file=sys.stderr)
+    OUT.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=OUT, suffix=".tmp", delete=False) as tmp:
+        nbformat.write(nb, tmp)
+    os.replace(tmp.name, OUT / path.name)
+    if ok:
+        print(f"{path.name}: {len(nb.cells)} cells in {time.perf_counter() - started:.1f}s; {last_text(nb)}")
+    print(f"  executed copy: {(OUT / path.name).relative_to(ROOT)}")
+    return ok
+
+
+def main() -> int:
+    results = [run(path) for path in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+    return 0 if results and all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

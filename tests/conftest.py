@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`gpu` tests run on a machine where torch sees a CUDA GPU, and skip elsewhere."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
