@@ -1,0 +1,86 @@
+"""A real JupyterLab server for browser tests: started on 127.0.0.1 with a token, stopped after."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+# Flags for a closed network: without the background-networking ones Chromium keeps dialling out.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@dataclass(frozen=True)
+class Lab:
+    url: str
+    token: str
+    root: Path
+
+    def lab_url(self, path: str = "lab") -> str:
+        return f"{self.url}{path}?token={self.token}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def running_lab(tmp: Path, timeout: float = 60.0) -> Iterator[Lab]:
+    root, runtime = tmp / "root", tmp / "runtime"
+    root.mkdir()
+    token = secrets.token_hex(16)
+    port = _free_port()
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime)}
+    cmd = [
+        sys.executable, "-m", "jupyter", "lab", "--no-browser",
+        "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+        f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+        f"--LabApp.user_settings_dir={tmp / 'settings'}",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.extension_manager=readonly",
+    ]  # fmt: skip
+    if os.geteuid() == 0:  # CI runs as root
+        cmd.append("--allow-root")
+    log = (tmp / "lab.log").open("w")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}api/status?token={token}", timeout=2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"JupyterLab did not start:\n{(tmp / 'lab.log').read_text()}") from None
+                time.sleep(0.25)
+        yield Lab(url, token, root)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()

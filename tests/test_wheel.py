@@ -1,0 +1,78 @@
+"""The wheel carries the prebuilt lab extension and the server config; installing it needs no Node.
+
+Builds the wheel from this checkout (hatch-jupyter-builder runs npm), installs it into a fresh
+virtual environment whose PATH holds no `node`, and asks Jupyter itself whether the extensions are
+there, enabled and OK.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import jupyter_trainmate
+
+ROOT = Path(__file__).resolve().parent.parent
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return ANSI.sub("", proc.stdout + proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
+    run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(ROOT)])
+    (built,) = dist.glob("jupyter_trainmate-*.whl")
+    return built
+
+
+@pytest.mark.slow
+def test_wheel_contents(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    data = f"jupyter_trainmate-{jupyter_trainmate.__version__}.data/data"
+    lab = f"{data}/share/jupyter/labextensions/jupyter-trainmate"
+    assert f"{lab}/package.json" in names
+    assert f"{lab}/install.json" in names
+    assert f"{lab}/static/style.js" in names
+    assert any(re.fullmatch(rf"{lab}/static/remoteEntry\.[0-9a-f]+\.js", n) for n in names)
+    assert f"{data}/etc/jupyter/jupyter_server_config.d/jupyter_trainmate.json" in names
+    assert "jupyter_trainmate/py.typed" in names
+    assert "refactor/__init__.py" in names
+    assert not any("node_modules" in n or n.endswith(".ts") for n in names)
+
+
+@pytest.mark.slow
+def test_wheel_installs_without_node(wheel: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", str(venv)])
+    bin_dir = venv / "bin"
+    env = {**os.environ, "PATH": str(bin_dir), "NO_COLOR": "1"}
+    env.pop("VIRTUAL_ENV", None)
+    env.pop("JUPYTER_PATH", None)
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    assert shutil.which("node", path=env["PATH"]) is None
+    assert shutil.which("npm", path=env["PATH"]) is None
+    python = str(bin_dir / "python")
+    # The same torch as here first: a bare `torch` requirement would pull a multi-GB CUDA build.
+    run([python, "-m", "pip", "install", "-q", f"torch=={torch.__version__.split('+')[0]}"], env)
+    run([python, "-m", "pip", "install", "-q", str(wheel)], env)
+
+    labext = run([str(bin_dir / "jupyter"), "labextension", "list"], env, cwd=tmp_path)
+    assert re.search(rf"jupyter-trainmate v{jupyter_trainmate.__version__} enabled\s+OK", labext), labext
+    server = run([str(bin_dir / "jupyter"), "server", "extension", "list"], env, cwd=tmp_path)
+    assert re.search(r"jupyter_trainmate enabled", server), server
+    assert re.search(rf"jupyter_trainmate {jupyter_trainmate.__version__} OK", server), server
+    version = run([str(bin_dir / "trainmate"), "--version"], env, cwd=tmp_path)
+    assert version.strip() == f"jupyter_trainmate {jupyter_trainmate.__version__}"
