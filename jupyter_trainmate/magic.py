@@ -9,10 +9,10 @@ from IPython.core.magic import Magics, line_magic, magics_class
 
 
 @magics_class
-class TrainmateMagics(Magics):  # type: ignore[misc]  # IPython ships no type hints
+class TrainmateMagics(Magics):
     """`%trainmate doctor [--json] [--data PATH]`: the pre-flight checks, in the notebook."""
 
-    @line_magic  # type: ignore[untyped-decorator]
+    @line_magic
     def trainmate(self, line: str) -> None:
         """Run a trainmate command in the kernel, e.g. `%trainmate doctor --json`."""
         from .cli import build_parser

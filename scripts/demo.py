@@ -6,7 +6,6 @@ build/demo/. Prints each notebook's last output line, so the demo shows what the
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import time
@@ -31,7 +30,9 @@ def last_text(nb: nbformat.NotebookNode) -> str:
 def run(path: Path) -> bool:
     nb = nbformat.read(path, as_version=4)
     started = time.perf_counter()
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     ok = True
     try:
         client.execute()
@@ -41,9 +42,11 @@ def run(path: Path) -> bool:
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=OUT, suffix=".tmp", delete=False) as tmp:
         nbformat.write(nb, tmp)
-    os.replace(tmp.name, OUT / path.name)
+    Path(tmp.name).replace(OUT / path.name)
     if ok:
-        print(f"{path.name}: {len(nb.cells)} cells in {time.perf_counter() - started:.1f}s; {last_text(nb)}")
+        print(
+            f"{path.name}: {len(nb.cells)} cells in {time.perf_counter() - started:.1f}s; {last_text(nb)}"
+        )
     print(f"  executed copy: {(OUT / path.name).relative_to(ROOT)}")
     return ok
 

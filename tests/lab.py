@@ -73,7 +73,9 @@ def running_lab(tmp: Path, timeout: float = 60.0) -> Iterator[Lab]:
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"JupyterLab did not start:\n{(tmp / 'lab.log').read_text()}") from None
+                    raise RuntimeError(
+                        f"JupyterLab did not start:\n{(tmp / 'lab.log').read_text()}"
+                    ) from None
                 time.sleep(0.25)
         yield Lab(url, token, root)
     finally:

@@ -52,7 +52,9 @@ def test_no_nvml_is_a_normal_answer(findings: dict[str, Finding]) -> None:
 
 
 def test_environment_cpu_memory_shm(findings: dict[str, Finding]) -> None:
-    assert findings["environment"].data["kind"] == ("venv" if sys.prefix != sys.base_prefix else "system")
+    assert findings["environment"].data["kind"] == (
+        "venv" if sys.prefix != sys.base_prefix else "system"
+    )
     assert findings["cpu"].data["usable"] == usable_cpus()
     assert findings["cpu"].data["logical"] == os.cpu_count()
     assert findings["cpu"].data["num_workers"] == suggested_num_workers(usable_cpus(), 0)
@@ -154,7 +156,9 @@ def test_cli_json_with_data(tmp_path: Path) -> None:
     assert proc.returncode == (0 if report["ok"] else 1)
     assert checks["torch"]["data"]["version"] == torch.__version__
     assert checks["data read"]["data"]["bytes"] == 4096
-    assert report["summary"]["ok"] + report["summary"]["warn"] + report["summary"]["fail"] == len(checks)
+    assert report["summary"]["ok"] + report["summary"]["warn"] + report["summary"]["fail"] == len(
+        checks
+    )
 
 
 def test_cli_bad_data_path_is_one_line(tmp_path: Path) -> None:

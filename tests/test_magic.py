@@ -21,7 +21,9 @@ def test_load_ext_registers_trainmate(ip: InteractiveShell) -> None:
     assert "trainmate" in ip.magics_manager.magics["line"]
 
 
-def test_doctor_json_from_the_kernel(ip: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_json_from_the_kernel(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
     ip.run_line_magic("trainmate", "doctor --json")
     report = json.loads(capsys.readouterr().out)
     torch_check = next(c for c in report["checks"] if c["check"] == "torch")
@@ -34,5 +36,5 @@ def test_bad_arguments_raise_usage_error(ip: InteractiveShell) -> None:
 
 
 def test_bad_data_path_is_a_usage_error(ip: InteractiveShell, tmp_path: object) -> None:
-    with pytest.raises(UsageError, match="--data .*missing: No such file"):
+    with pytest.raises(UsageError, match=r"--data .*missing: No such file"):
         ip.run_line_magic("trainmate", f"doctor --data {tmp_path}/missing")

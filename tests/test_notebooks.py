@@ -25,11 +25,17 @@ def outputs_text(nb: nbformat.NotebookNode) -> str:
 @pytest.mark.slow
 def test_quickstart_trains_and_runs_doctor(tmp_path: Path) -> None:
     nb = nbformat.read(NOTEBOOKS / "quickstart.ipynb", as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     text = outputs_text(nb)
     assert f"{torch.__version__} (CPU build)" in text or f"{torch.__version__} (CUDA" in text
     assert "no check failed" in text or "some checks FAILED" in text
-    losses = [float(line.split("train loss ")[1].split(",")[0]) for line in text.splitlines() if line.startswith("epoch ")]
+    losses = [
+        float(line.split("train loss ")[1].split(",")[0])
+        for line in text.splitlines()
+        if line.startswith("epoch ")
+    ]
     assert len(losses) == 5
     assert losses[-1] < losses[0]
 

@@ -28,7 +28,9 @@ async def test_version_with_token(jp_fetch: Fetch) -> None:
     }
 
 
-async def test_version_without_token_is_403(jp_http_port: int, jp_base_url: str, jp_fetch: Fetch) -> None:
+async def test_version_without_token_is_403(
+    jp_http_port: int, jp_base_url: str, jp_fetch: Fetch
+) -> None:
     await jp_fetch("api", "status")  # the server is up
     url = f"http://localhost:{jp_http_port}{jp_base_url}trainmate/api/version"
     with pytest.raises(HTTPClientError) as exc:

@@ -70,7 +70,9 @@ def test_wheel_installs_without_node(wheel: Path, tmp_path: Path) -> None:
     run([python, "-m", "pip", "install", "-q", str(wheel)], env)
 
     labext = run([str(bin_dir / "jupyter"), "labextension", "list"], env, cwd=tmp_path)
-    assert re.search(rf"jupyter-trainmate v{jupyter_trainmate.__version__} enabled\s+OK", labext), labext
+    assert re.search(rf"jupyter-trainmate v{jupyter_trainmate.__version__} enabled\s+OK", labext), (
+        labext
+    )
     server = run([str(bin_dir / "jupyter"), "server", "extension", "list"], env, cwd=tmp_path)
     assert re.search(r"jupyter_trainmate enabled", server), server
     assert re.search(rf"jupyter_trainmate {jupyter_trainmate.__version__} OK", server), server

@@ -66,7 +66,11 @@ def _cuda(torch: ModuleType, nvml: NvmlReport) -> Finding:
     data = {"available": available, "device_count": torch.cuda.device_count() if available else 0}
     if available:
         value = f"yes, {data['device_count']} device(s), CUDA runtime {cuda_build}"
-        if nvml.available and cuda_build and _version_tuple(nvml.cuda_driver_version) < _version_tuple(cuda_build):
+        if (
+            nvml.available
+            and cuda_build
+            and _version_tuple(nvml.cuda_driver_version) < _version_tuple(cuda_build)
+        ):
             return Finding(
                 "cuda",
                 "fail",
@@ -105,14 +109,20 @@ def _cudnn(torch: ModuleType) -> Finding:
         return Finding("cudnn", "ok", str(version), "", {"version": version})
     if torch.version.cuda:
         return Finding(
-            "cudnn", "warn", "not available", "convolutions will be slow without cuDNN", {"version": None}
+            "cudnn",
+            "warn",
+            "not available",
+            "convolutions will be slow without cuDNN",
+            {"version": None},
         )
     return Finding("cudnn", "ok", "not used (CPU build)", "", {"version": None})
 
 
 def _gpus(torch: ModuleType, nvml: NvmlReport) -> list[Finding]:
     if not nvml.available:
-        return [Finding("gpu", "ok", f"none ({nvml.reason})", "", {"gpus": [], "reason": nvml.reason})]
+        return [
+            Finding("gpu", "ok", f"none ({nvml.reason})", "", {"gpus": [], "reason": nvml.reason})
+        ]
     found = []
     torch_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for gpu in nvml.gpus:
@@ -146,7 +156,9 @@ def _tf32(torch: ModuleType, nvml: NvmlReport) -> Finding:
     data = {"float32_matmul_precision": precision}
     ampere = any((g.compute_capability or (0, 0)) >= (8, 0) for g in nvml.gpus)
     if not (nvml.available and torch.cuda.is_available()):
-        return Finding("tf32", "ok", f"n/a on CPU (float32 matmul precision {precision!r})", "", data)
+        return Finding(
+            "tf32", "ok", f"n/a on CPU (float32 matmul precision {precision!r})", "", data
+        )
     if ampere and precision == "highest":
         return Finding(
             "tf32",
@@ -185,10 +197,16 @@ def _pip_check() -> Finding:
 
 def _environment() -> Finding:
     if sys.prefix != sys.base_prefix:
-        return Finding("environment", "ok", f"virtual environment {sys.prefix}", "", {"kind": "venv"})
+        return Finding(
+            "environment", "ok", f"virtual environment {sys.prefix}", "", {"kind": "venv"}
+        )
     if os.environ.get("CONDA_PREFIX"):
         return Finding(
-            "environment", "ok", f"conda environment {os.environ['CONDA_PREFIX']}", "", {"kind": "conda"}
+            "environment",
+            "ok",
+            f"conda environment {os.environ['CONDA_PREFIX']}",
+            "",
+            {"kind": "conda"},
         )
     return Finding(
         "environment",
@@ -217,7 +235,12 @@ def _cpu(nvml: NvmlReport) -> Finding:
         "ok",
         value,
         f"DataLoader num_workers={workers}" + (" per GPU process" if nvml.gpus else ""),
-        {"usable": usable, "logical": os.cpu_count(), "cgroup_quota": quota, "num_workers": workers},
+        {
+            "usable": usable,
+            "logical": os.cpu_count(),
+            "cgroup_quota": quota,
+            "num_workers": workers,
+        },
     )
 
 
@@ -230,7 +253,13 @@ def _memory() -> Finding:
         value += " (cgroup limit)"
     data = {"total_bytes": total, "available_bytes": vm.available, "cgroup_limit_bytes": limit}
     if vm.available < 2 * GiB:
-        return Finding("memory", "warn", value, "little free memory: DataLoader workers each copy the dataset object", data)
+        return Finding(
+            "memory",
+            "warn",
+            value,
+            "little free memory: DataLoader workers each copy the dataset object",
+            data,
+        )
     return Finding("memory", "ok", value, "", data)
 
 
@@ -239,7 +268,11 @@ def _shm(path: str = "/dev/shm") -> Finding:
         st = os.statvfs(path)
     except OSError:
         return Finding(
-            "/dev/shm", "warn", "missing", "DataLoader workers need shared memory; use num_workers=0", {}
+            "/dev/shm",
+            "warn",
+            "missing",
+            "DataLoader workers need shared memory; use num_workers=0",
+            {},
         )
     size = st.f_frsize * st.f_blocks
     data = {"size_bytes": size, "free_bytes": st.f_frsize * st.f_bavail}
@@ -267,7 +300,9 @@ def system_findings(nvml_reader: Callable[[], NvmlReport] = read_nvml) -> list[F
         import torch
     except ImportError as exc:
         findings.append(
-            Finding("torch", "fail", f"not importable: {exc}", "pip install torch", {"version": None})
+            Finding(
+                "torch", "fail", f"not importable: {exc}", "pip install torch", {"version": None}
+            )
         )
     else:
         findings += [_torch_build(torch), _cuda(torch, nvml), _cudnn(torch)]

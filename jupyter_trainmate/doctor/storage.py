@@ -36,24 +36,26 @@ class DataPathError(TrainmateError):
     """The `--data` path cannot be checked (the message is one line for the user)."""
 
 
-def _mount_of(path: Path) -> psutil._common.sdiskpart | None:
-    best = None
+def _mount_of(path: Path) -> tuple[str, str] | None:
+    """(mount point, file system type) of the longest mount point above `path`."""
+    best: tuple[str, str] | None = None
     for part in psutil.disk_partitions(all=True):
         mount = part.mountpoint
         if (path == Path(mount) or Path(mount) in path.parents) and (
-            best is None or len(mount) > len(best.mountpoint)
+            best is None or len(mount) > len(best[0])
         ):
-            best = part
+            best = (mount, part.fstype)
     return best
 
 
 def _mount(path: Path) -> Finding:
-    part = _mount_of(path)
-    if part is None:
+    found = _mount_of(path)
+    if found is None:
         return Finding("data fs", "warn", "mount not found", "", {"fstype": None})
-    network = part.fstype in NETWORK_FS
-    data = {"fstype": part.fstype, "mountpoint": part.mountpoint, "network": network}
-    value = f"{part.fstype} at {part.mountpoint} ({'network' if network else 'local'})"
+    mountpoint, fstype = found
+    network = fstype in NETWORK_FS
+    data = {"fstype": fstype, "mountpoint": mountpoint, "network": network}
+    value = f"{fstype} at {mountpoint} ({'network' if network else 'local'})"
     if network:
         return Finding(
             "data fs",
@@ -149,9 +151,8 @@ def _read_speed(path: Path) -> Finding:
         "files_per_s": files / max(elapsed, 1e-9),
         "cold_cache": cold,
     }
-    value = (
-        f"{mb_s:,.0f} MB/s, {data['files_per_s']:,.0f} files/s over {total / 1e6:,.1f} MB"
-        + ("" if cold else " (may be cached)")
+    value = f"{mb_s:,.0f} MB/s, {data['files_per_s']:,.0f} files/s over {total / 1e6:,.1f} MB" + (
+        "" if cold else " (may be cached)"
     )
     if total < JUDGE_MIN_BYTES:
         return Finding("data read", "ok", value, "too little data read to judge the disk", data)
@@ -170,6 +171,8 @@ def storage_findings(path: Path) -> list[Finding]:
     """File system, disk kind and read speed of the training data at `path`."""
     try:
         resolved = path.resolve(strict=True)
-    except (OSError, RuntimeError) as exc:
+    except OSError as exc:
         raise DataPathError(f"--data {path}: {exc.strerror or exc}") from None
+    except RuntimeError as exc:  # a symlink loop
+        raise DataPathError(f"--data {path}: {exc}") from None
     return [_mount(resolved), _disk(resolved), _read_speed(resolved)]

@@ -55,7 +55,8 @@ def read_nvml() -> NvmlReport:
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             try:
-                cc: tuple[int, int] | None = tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle))  # type: ignore[assignment]
+                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+                cc: tuple[int, int] | None = (int(major), int(minor))
             except pynvml.NVMLError:
                 cc = None
             gpus.append(
