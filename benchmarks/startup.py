@@ -16,7 +16,9 @@ import subprocess
 import sys
 import time
 
-SHELL = "from IPython.core.interactiveshell import InteractiveShell; sh = InteractiveShell.instance()"
+SHELL = (
+    "from IPython.core.interactiveshell import InteractiveShell; sh = InteractiveShell.instance()"
+)
 PAIRS = {
     "load_ext": (
         [sys.executable, "-c", SHELL + "; sh.run_line_magic('load_ext', 'jupyter_trainmate')"],

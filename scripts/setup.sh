@@ -34,7 +34,7 @@ fi
 say "installing jupyter_trainmate (editable) with its test and dev extras"
 pip install --quiet -e ".[dev]"
 # Link the built extension into the venv so a rebuild (npm run build:prod) is live at once.
-PATH="$(cd "$VENV/bin" && pwd):$PATH" "$VENV/bin/jupyter" labextension develop --overwrite . >/dev/null
+"$VENV/bin/jupyter-builder" develop --overwrite . >/dev/null
 
 # Browser tests drive Debian's chromium through Playwright (no browser download).
 if [ ! -x /usr/bin/chromium ]; then

@@ -172,3 +172,15 @@ def test_cli_bad_data_path_is_one_line(tmp_path: Path) -> None:
     assert proc.stdout == ""
     assert proc.stderr.count("\n") == 1
     assert f"--data {tmp_path / 'nope'}: No such file or directory" in proc.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_rows_from_nvml(findings: dict[str, Finding]) -> None:
+    assert findings["cuda"].status == "ok"
+    assert findings["cuda"].data["device_count"] == torch.cuda.device_count()
+    gpu0 = findings["gpu 0"].data
+    assert gpu0["name"] == torch.cuda.get_device_name(0)
+    major, minor = torch.cuda.get_device_capability(0)
+    assert gpu0["compute_capability"] == f"{major}.{minor}"
+    assert gpu0["bf16"] is ((major, minor) >= (8, 0))
+    assert findings["cudnn"].data["version"] == torch.backends.cudnn.version()
