@@ -1,0 +1,76 @@
+"""
+Move a batch to a device, whatever its shape.
+
+Batches come as tensors, tuples, lists, dicts, namedtuples, dataclasses or objects with a `.to()`
+(Hugging Face's `BatchEncoding`). Each tensor is moved once: a tensor already on the target device
+is returned as is, so a collate function that already returns device tensors costs nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+
+def map_tensors(batch: T, fn: Callable[[torch.Tensor], torch.Tensor]) -> T:
+    """Apply `fn` to every tensor in a nested batch, rebuilding containers of the same type."""
+    result: Any
+    if isinstance(batch, torch.Tensor):
+        result = fn(batch)
+    elif isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        result = type(batch)(*(map_tensors(item, fn) for item in batch))
+    elif isinstance(batch, list | tuple):
+        result = type(batch)(map_tensors(item, fn) for item in batch)
+    elif isinstance(batch, Mapping):
+        items = {key: map_tensors(value, fn) for key, value in batch.items()}
+        rebuild: Any = type(batch)
+        try:
+            result = rebuild(items)  # dict, OrderedDict, BatchEncoding-like mappings
+        except TypeError:
+            result = items
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        changes = {
+            f.name: map_tensors(getattr(batch, f.name), fn)
+            for f in dataclasses.fields(batch)
+            if f.init
+        }
+        result = dataclasses.replace(batch, **changes)
+    else:
+        result = batch
+    return result  # type: ignore[no-any-return]
+
+
+def iter_tensors(batch: object) -> list[torch.Tensor]:
+    """Every tensor in a nested batch, in order."""
+    found: list[torch.Tensor] = []
+
+    def collect(t: torch.Tensor) -> torch.Tensor:
+        found.append(t)
+        return t
+
+    map_tensors(batch, collect)
+    return found
+
+
+def to_device(batch: T, device: torch.device, non_blocking: bool = False) -> T:
+    """Move every tensor of `batch` to `device`; tensors already there are left alone."""
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        if t.device == device:
+            return t
+        return t.to(device, non_blocking=non_blocking)
+
+    return map_tensors(batch, move)
+
+
+def batch_size(batch: object) -> int:
+    """Samples in a batch: the leading dimension of its first tensor (0 when it has none)."""
+    for t in iter_tensors(batch):
+        if t.dim() > 0:
+            return int(t.shape[0])
+    return 0

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from jupyter_trainmate.errors import TrainmateError
+from jupyter_trainmate.runtime.amp import resolve_amp
+from jupyter_trainmate.runtime.timing import StepTimer
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_step_timer_splits_data_wait_and_compute() -> None:
+    clock = FakeClock()
+    timer = StepTimer(clock=clock)
+    for _ in range(3):
+        timer.before_fetch()
+        clock.now += 0.25  # waiting for the batch
+        timer.after_fetch(samples=8)
+        clock.now += 0.75  # the step
+    totals = timer.finish()
+    assert totals.steps == 3
+    assert totals.samples == 24
+    assert totals.data_s == pytest.approx(0.75)
+    assert totals.compute_s == pytest.approx(2.25)
+    assert totals.data_share == pytest.approx(0.25)
+    assert totals.gpu_steps == 0
+
+
+def test_amp_auto_is_off_on_cpu_and_bf16_can_be_forced() -> None:
+    cpu = torch.device("cpu")
+    auto = resolve_amp("auto", cpu)
+    assert auto.mode == "off"
+    assert auto.dtype is None
+    assert auto.grad_scaler() is None
+    forced = resolve_amp("bf16", cpu)
+    with forced.autocast():
+        out = torch.nn.Linear(4, 4)(torch.ones(2, 4))
+    assert out.dtype == torch.bfloat16
+    assert not forced.needs_scaler
+
+
+def test_amp_rejects_what_the_device_cannot_do() -> None:
+    with pytest.raises(TrainmateError, match="--amp fp16"):
+        resolve_amp("fp16", torch.device("cpu"))
+    with pytest.raises(TrainmateError, match="choose one of auto, bf16, fp16, off"):
+        resolve_amp("fp8", torch.device("cpu"))
+
+
+@pytest.mark.gpu
+def test_amp_auto_on_cuda_follows_compute_capability() -> None:
+    device = torch.device("cuda")
+    policy = resolve_amp("auto", device)
+    expected = "bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16"
+    assert policy.mode == expected
+    assert policy.needs_scaler is (expected == "fp16")
+
+
+@pytest.mark.gpu
+def test_step_timer_reads_gpu_time_lazily() -> None:
+    device = torch.device("cuda")
+    timer = StepTimer(device)
+    x = torch.randn(2048, 2048, device=device)
+    for _ in range(4):
+        timer.before_fetch()
+        timer.after_fetch(samples=1)
+        x = x @ x / 2048
+    totals = timer.finish()
+    assert totals.gpu_steps == 4
+    assert totals.gpu_s > 0
