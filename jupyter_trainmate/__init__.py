@@ -33,12 +33,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._version import __version__
+from .runtime.summary import RunSummary, last_run
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
     from jupyter_server.serverapp import ServerApp
 
-__all__ = ["__version__", "load_ipython_extension"]
+__all__ = ["RunSummary", "__version__", "last_run", "load_ipython_extension"]
 
 
 def load_ipython_extension(ip: InteractiveShell) -> None:

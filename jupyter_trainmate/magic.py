@@ -3,20 +3,39 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from .errors import TrainmateError
+
+
+class CellSyntaxError(Exception):
+    """A syntax error in a `%%train` cell, shown the way IPython shows one in a plain cell.
+
+    Not a SyntaxError subclass on purpose: IPython would print the magic's own frames for it.
+    `_render_traceback_` is IPython's hook for an exception that formats itself.
+    """
+
+    def __init__(self, error: SyntaxError, formatter: Callable[..., list[str]]) -> None:
+        super().__init__(f"{error.msg} (line {error.lineno})")
+        self.error = error
+        self._formatter = formatter
+
+    def _render_traceback_(self) -> list[str]:
+        return self._formatter(type(self.error), self.error, [])
 
 
 @magics_class
 class TrainmateMagics(Magics):
-    """`%trainmate doctor [--json] [--data PATH]`: the pre-flight checks, in the notebook."""
+    """`%%train` runs a training cell instrumented; `%trainmate doctor` checks the machine."""
 
     @line_magic
     def trainmate(self, line: str) -> None:
         """Run a trainmate command in the kernel, e.g. `%trainmate doctor --json`."""
         from .cli import build_parser
-        from .errors import TrainmateError
 
         parser = build_parser()
         parser.prog = "%trainmate"
@@ -30,3 +49,58 @@ class TrainmateMagics(Magics):
             args.run(args)
         except TrainmateError as exc:
             raise UsageError(f"%trainmate {args.command}: {exc}") from None
+
+    @magic_arguments()
+    @argument(
+        "--amp", default="auto", help="auto|bf16|fp16|off (auto: bf16 or fp16 on GPUs, off on CPU)"
+    )
+    @argument(
+        "--device", default="auto", help="auto|cpu|cuda|cuda:N|mps (auto: where the model is)"
+    )
+    @argument(
+        "--accumulate", type=int, default=1, metavar="N", help="micro-batches per optimizer step"
+    )
+    @argument("--clip", type=float, default=None, metavar="MAX_NORM", help="clip the gradient norm")
+    @argument(
+        "--prefetch", default="auto", help="auto|off|cuda|thread (thread is opt-in: see docs)"
+    )
+    @argument(
+        "--show", action="store_true", help="print the code that would run, and do not run it"
+    )
+    @cell_magic
+    def train(self, line: str, cell: str) -> None:
+        """Run an ordinary PyTorch training loop with mixed precision, prefetching and step timing."""
+        __tracebackhide__ = True
+        from .rewrite import rewrite_cell
+        from .runtime.options import TrainOptions
+        from .train import run_cell, show
+
+        args = parse_argstring(self.train, line)
+        try:
+            options = TrainOptions(
+                amp=args.amp,
+                device=args.device,
+                accumulate=args.accumulate,
+                clip=args.clip,
+                prefetch=args.prefetch,
+                show=args.show,
+            )
+        except TrainmateError as exc:
+            raise UsageError(f"%%train: {exc}") from None
+        ip = self.shell
+        assert ip is not None
+        source = ip.transform_cell(cell)
+        filename = ip.compile.cache(cell, ip.execution_count)
+        try:
+            compile(source, filename, "exec")
+        except SyntaxError as exc:
+            raise CellSyntaxError(exc, ip.SyntaxTB.structured_traceback) from None
+        result = rewrite_cell(source, ip.user_ns)
+        if options.show:
+            print(show(result))
+            return
+        try:
+            summary = run_cell(source, filename, options, ip.user_ns, result)
+        except TrainmateError as exc:
+            raise UsageError(f"%%train: {exc}") from None
+        print(summary.line())

@@ -1,0 +1,135 @@
+"""
+The `%%train` rewrite (libcst): find the training idioms in a cell, route them through the session.
+
+`rewrite_cell()` never raises on code it does not understand: it returns the new code and a list
+of notes, what was instrumented and what was left alone and why. Code that does not parse is the
+caller's to report (the magic compiles the cell first so a syntax error reads like IPython's own).
+Every transform is inline, so the rewritten code has the same line numbers as the cell and a
+traceback points at the user's own line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from .calls import TrainCallTransformer
+from .context import SESSION, Note, RewriteContext
+from .detect import CodeFacts, read_facts
+from .functions import (
+    FunctionSource,
+    called_names,
+    notebook_function,
+    notebook_methods_with_backward,
+)
+from .loops import BatchLoopTransformer
+
+__all__ = [
+    "SESSION",
+    "CodeFacts",
+    "Note",
+    "RewriteResult",
+    "RewrittenFunction",
+    "rewrite_cell",
+    "rewrite_source",
+]
+
+MAX_FUNCTION_DEPTH = 3
+
+
+@dataclass(frozen=True)
+class RewrittenFunction:
+    """A notebook function the cell calls, rewritten for the run."""
+
+    original: FunctionSource
+    code: str
+    facts: CodeFacts
+
+
+@dataclass
+class RewriteResult:
+    """The rewritten cell, the notebook functions rewritten with it, and what was done."""
+
+    code: str
+    facts: CodeFacts
+    functions: dict[str, RewrittenFunction] = field(default_factory=dict)
+    notes: list[Note] = field(default_factory=list)
+
+    @property
+    def instrumented(self) -> list[Note]:
+        return [n for n in self.notes if n.kind == "instrumented"]
+
+    @property
+    def left_alone(self) -> list[Note]:
+        return [n for n in self.notes if n.kind == "left alone"]
+
+    def merged_facts(self) -> CodeFacts:
+        """Facts of the cell and of every rewritten function together."""
+        facts = CodeFacts(**vars(self.facts))
+        for fn in self.functions.values():
+            facts.backward_calls += fn.facts.backward_calls
+            facts.own_autocast |= fn.facts.own_autocast
+            facts.own_scaler |= fn.facts.own_scaler
+            facts.autograd_grad |= fn.facts.autograd_grad
+            line = fn.facts.manual_accumulation_line
+            if facts.manual_accumulation_line is None and line is not None:
+                facts.manual_accumulation_line = line + fn.original.first_line - 1
+        return facts
+
+
+def rewrite_source(source: str, context: RewriteContext) -> tuple[str, CodeFacts, cst.Module]:
+    """Rewrite one piece of code (a cell or a function). Raises libcst's ParserSyntaxError."""
+    module = cst.parse_module(source)
+    wrapper = cst.MetadataWrapper(module)
+    facts = read_facts(wrapper)
+    looped = wrapper.visit(BatchLoopTransformer(context, facts))
+    called = cst.MetadataWrapper(looped).visit(TrainCallTransformer(context))
+    return called.code, facts, module
+
+
+def rewrite_cell(source: str, namespace: Mapping[str, object] | None = None) -> RewriteResult:
+    """Rewrite a `%%train` cell and the notebook functions it calls (looked up in `namespace`)."""
+    context = RewriteContext()
+    try:
+        code, facts, module = rewrite_source(source, context)
+    except cst.ParserSyntaxError as exc:
+        context.left_alone(exc.raw_line, "the whole cell", f"libcst cannot parse it: {exc.message}")
+        return RewriteResult(source, CodeFacts(), notes=context.notes)
+    result = RewriteResult(code, facts, notes=context.notes)
+    if namespace is not None:
+        _rewrite_functions(module, namespace, result, depth=1)
+    return result
+
+
+def _rewrite_functions(
+    module: cst.Module, namespace: Mapping[str, object], result: RewriteResult, depth: int
+) -> None:
+    names, methods = called_names(module)
+    for qualname in notebook_methods_with_backward(methods, namespace):
+        result.notes.append(
+            Note(
+                "left alone",
+                "cell",
+                f"method {qualname}",
+                "methods are not rewritten; optimizer hooks still count its steps",
+            )
+        )
+    for name in sorted(names):
+        if name in result.functions or name == SESSION:
+            continue
+        fn = notebook_function(name, namespace)
+        if fn is None:
+            continue
+        context = RewriteContext(origin=f"function {name}", line_offset=fn.first_line - 1)
+        try:
+            new_source, fn_facts, fn_module = rewrite_source(fn.source, context)
+        except cst.ParserSyntaxError:
+            continue
+        if not any(n.kind == "instrumented" for n in context.notes):
+            continue
+        result.functions[name] = RewrittenFunction(fn, new_source, fn_facts)
+        result.notes.extend(context.notes)
+        if depth < MAX_FUNCTION_DEPTH:
+            _rewrite_functions(fn_module, namespace, result, depth + 1)

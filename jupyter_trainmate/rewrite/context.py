@@ -1,0 +1,41 @@
+"""What the rewrite found and did: shared by every transformer, reported by `--show`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+SESSION = "__trainmate__"
+"""The name under which the running `TrainSession` is visible to rewritten code."""
+
+
+@dataclass(frozen=True)
+class Note:
+    """One thing the rewrite instrumented, or left alone and why."""
+
+    kind: Literal["instrumented", "left alone"]
+    where: str  # "cell line 7" or "function train_epoch line 3"
+    what: str
+    reason: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.kind:12s} {self.where}: {self.what}"
+        return f"{text} ({self.reason})" if self.reason else text
+
+
+@dataclass
+class RewriteContext:
+    """Carried through one rewrite: where we are and the notes so far."""
+
+    origin: str = "cell"  # "cell" or "function NAME"
+    line_offset: int = 0  # a function's first line in its cell, so notes name the cell's lines
+    notes: list[Note] = field(default_factory=list)
+
+    def where(self, line: int) -> str:
+        return f"{self.origin} line {line + self.line_offset}"
+
+    def instrumented(self, line: int, what: str, reason: str = "") -> None:
+        self.notes.append(Note("instrumented", self.where(line), what, reason))
+
+    def left_alone(self, line: int, what: str, reason: str) -> None:
+        self.notes.append(Note("left alone", self.where(line), what, reason))

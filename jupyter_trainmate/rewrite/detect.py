@@ -1,0 +1,96 @@
+"""
+A read-only pass over the code: which loops train, and what the code already does by itself.
+
+Its answers steer the transformers: a loop is a training loop when `.backward()` is called in its
+body (not counting nested function definitions); the code brings its own mixed precision when it
+names `autocast` or `GradScaler`; it accumulates by hand when an `if` on a `%` test guards an
+optimizer `step()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+
+BACKWARD = m.Call(func=m.Attribute(attr=m.Name("backward")))
+STEP = m.Call(func=m.Attribute(attr=m.Name("step")))
+
+
+@dataclass
+class CodeFacts:
+    """What a read of the code found (node sets hold libcst nodes by identity)."""
+
+    training_loops: set[cst.CSTNode] = field(default_factory=set)
+    backward_calls: int = 0
+    own_autocast: bool = False
+    own_scaler: bool = False
+    manual_accumulation_line: int | None = None
+    autograd_grad: bool = False
+
+    @property
+    def own_amp(self) -> bool:
+        return self.own_autocast or self.own_scaler
+
+
+class _FactsVisitor(m.MatcherDecoratableVisitor):
+    METADATA_DEPENDENCIES = (cst.metadata.PositionProvider,)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.facts = CodeFacts()
+        self._loops: list[cst.CSTNode] = []
+        self._saved: list[list[cst.CSTNode]] = []
+
+    # A nested def or lambda starts a fresh loop stack: its body runs when called, not in the loop.
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._saved.append(self._loops)
+        self._loops = []
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._loops = self._saved.pop()
+
+    def visit_For(self, node: cst.For) -> None:
+        self._loops.append(node)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._loops.pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self._loops.append(node)
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self._loops.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if m.matches(node, BACKWARD):
+            self.facts.backward_calls += 1
+            self.facts.training_loops.update(self._loops)
+        if m.matches(node.func, m.Attribute(value=m.Name("autograd"), attr=m.Name("grad"))):
+            self.facts.autograd_grad = True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == "autocast":
+            self.facts.own_autocast = True
+        elif node.value == "GradScaler":
+            self.facts.own_scaler = True
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.visit_Name(node.attr)
+
+    def visit_If(self, node: cst.If) -> None:
+        has_modulo = m.findall(node.test, m.BinaryOperation(operator=m.Modulo()))
+        if (
+            has_modulo
+            and m.findall(node.body, STEP)
+            and self.facts.manual_accumulation_line is None
+        ):
+            pos = self.get_metadata(cst.metadata.PositionProvider, node)
+            self.facts.manual_accumulation_line = pos.start.line
+
+
+def read_facts(wrapper: cst.MetadataWrapper) -> CodeFacts:
+    visitor = _FactsVisitor()
+    wrapper.visit(visitor)
+    return visitor.facts

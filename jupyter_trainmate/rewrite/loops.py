@@ -1,0 +1,139 @@
+"""
+Batch loops: time every batch and prefetch it.
+
+The innermost training loop (one whose body calls `.backward()`) that iterates over something
+other than a `range` gets its iterable wrapped: `for x, y in loader:` becomes
+`for x, y in __trainmate__.batches(loader):`. `enumerate(...)` and `tqdm(...)` keep their place
+outside the wrapper, so counters, `start=` and progress bars behave as before. Inside training
+loops, `next(iterator)` becomes `__trainmate__.next_batch(iterator)` so `while` loops that pull
+batches by hand are timed too. Every change is inline: line numbers do not move.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from .context import SESSION, RewriteContext
+from .detect import CodeFacts
+
+RANGE_LIKE = {"range", "trange", "count", "repeat"}
+KEEP_OUTSIDE = {"enumerate", "tqdm"}
+
+
+def _callee(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Call):
+        if isinstance(node.func, cst.Name):
+            return node.func.value
+        if isinstance(node.func, cst.Attribute):
+            return node.func.attr.value
+    return None
+
+
+def is_range_like(node: cst.BaseExpression) -> bool:
+    """`range(...)`, literals, and enumerate/tqdm/zip over them: step counters, not batches."""
+    if isinstance(node, cst.List | cst.Tuple | cst.Set | cst.Integer):
+        return True
+    name = _callee(node)
+    if name in RANGE_LIKE:
+        return True
+    if name in KEEP_OUTSIDE | {"zip", "iter"} and isinstance(node, cst.Call) and node.args:
+        return is_range_like(node.args[0].value)
+    return False
+
+
+def _session_call(method: str, args: list[cst.Arg]) -> cst.Call:
+    return cst.Call(func=cst.Attribute(value=cst.Name(SESSION), attr=cst.Name(method)), args=args)
+
+
+def _wrap(iterable: cst.BaseExpression) -> cst.BaseExpression:
+    if _callee(iterable) in KEEP_OUTSIDE and isinstance(iterable, cst.Call) and iterable.args:
+        first = iterable.args[0]
+        if first.star == "":
+            inner = first.with_changes(value=_wrap(first.value))
+            return iterable.with_changes(args=[inner, *iterable.args[1:]])
+    return _session_call("batches", [cst.Arg(iterable)])
+
+
+class BatchLoopTransformer(m.MatcherDecoratableTransformer):
+    METADATA_DEPENDENCIES = (cst.metadata.PositionProvider,)
+
+    def __init__(self, context: RewriteContext, facts: CodeFacts) -> None:
+        super().__init__()
+        self.context = context
+        self.facts = facts
+        self._frames: list[dict[str, bool]] = []  # per enclosing loop: does it hold a wrapped loop?
+        self._saved: list[list[dict[str, bool]]] = []
+        self._training_depth = 0
+
+    def _line(self, node: cst.CSTNode) -> int:
+        return int(self.get_metadata(cst.metadata.PositionProvider, node).start.line)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._saved.append(self._frames)
+        self._frames = []
+
+    def leave_FunctionDef(
+        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
+    ) -> cst.FunctionDef:
+        self._frames = self._saved.pop()
+        return updated_node
+
+    def _enter_loop(self, node: cst.CSTNode) -> None:
+        self._frames.append({"wrapped_inside": False})
+        if node in self.facts.training_loops:
+            self._training_depth += 1
+
+    def _leave_loop(self, node: cst.CSTNode) -> dict[str, bool]:
+        frame = self._frames.pop()
+        if node in self.facts.training_loops:
+            self._training_depth -= 1
+        return frame
+
+    def visit_For(self, node: cst.For) -> None:
+        self._enter_loop(node)
+
+    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
+        frame = self._leave_loop(original_node)
+        wrapped = frame["wrapped_inside"]
+        code = cst.Module([]).code_for_node(original_node.iter)
+        line = self._line(original_node)
+        if original_node in self.facts.training_loops and not wrapped:
+            if original_node.asynchronous is not None:
+                self.context.left_alone(line, f"async loop over {code}", "async iteration")
+            elif is_range_like(original_node.iter):
+                self.context.left_alone(
+                    line,
+                    f"loop over {code}",
+                    "a counter, not batches: steps are counted at optimizer steps",
+                )
+            else:
+                self.context.instrumented(
+                    line, f"batch loop over {code}", "timed; prefetched as --prefetch says"
+                )
+                updated_node = updated_node.with_changes(iter=_wrap(updated_node.iter))
+                wrapped = True
+        if wrapped and self._frames:
+            self._frames[-1]["wrapped_inside"] = True
+        return updated_node
+
+    def visit_While(self, node: cst.While) -> None:
+        self._enter_loop(node)
+
+    def leave_While(self, original_node: cst.While, updated_node: cst.While) -> cst.While:
+        frame = self._leave_loop(original_node)
+        if frame["wrapped_inside"] and self._frames:
+            self._frames[-1]["wrapped_inside"] = True
+        return updated_node
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if (
+            self._training_depth
+            and m.matches(updated_node.func, m.Name("next"))
+            and 1 <= len(updated_node.args) <= 2
+        ):
+            self.context.instrumented(
+                self._line(original_node), "next() on a batch iterator", "timed"
+            )
+            return _session_call("next_batch", list(updated_node.args))
+        return updated_node

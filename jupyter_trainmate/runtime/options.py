@@ -1,0 +1,45 @@
+"""The options of one `%%train` run, checked once, shared by the magic and the session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from ..errors import TrainmateError
+from .amp import AMP_MODES
+
+PrefetchMode = Literal["auto", "off", "cuda", "thread"]
+PREFETCH_MODES: tuple[PrefetchMode, ...] = ("auto", "off", "cuda", "thread")
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """`%%train [--amp] [--device] [--accumulate] [--clip] [--prefetch] [--show]`."""
+
+    amp: str = "auto"
+    device: str = "auto"
+    accumulate: int = 1
+    clip: float | None = None
+    prefetch: str = "auto"
+    show: bool = False
+
+    def __post_init__(self) -> None:
+        if self.amp not in AMP_MODES:
+            raise TrainmateError(f"--amp {self.amp}: choose one of {', '.join(AMP_MODES)}")
+        if self.prefetch not in PREFETCH_MODES:
+            raise TrainmateError(
+                f"--prefetch {self.prefetch}: choose one of {', '.join(PREFETCH_MODES)}"
+            )
+        if self.accumulate < 1:
+            raise TrainmateError(f"--accumulate {self.accumulate}: must be 1 or more")
+        if self.clip is not None and not self.clip > 0:
+            raise TrainmateError(f"--clip {self.clip}: must be a positive max norm")
+        if self.device != "auto":
+            try:
+                torch.device(self.device)
+            except RuntimeError:
+                raise TrainmateError(
+                    f"--device {self.device}: not a device (auto, cpu, cuda, cuda:N, mps)"
+                ) from None

@@ -1,0 +1,330 @@
+"""
+`TrainSession`: what rewritten training code calls, through the name `__trainmate__`.
+
+The session owns the device, the mixed precision policy and GradScaler, prefetching, step timing
+and gradient accumulation and clipping. Its calls pass anything they do not own straight through
+(`env.step(a)` stays `env.step(a)`), and with the defaults on a CPU they add nothing to the
+numerics: the same seed gives bit-identical weights with and without `%%train`.
+
+Per step it does no host-device synchronisation: GPU times are read lazily (see `timing`), and
+a GradScaler's skipped steps are counted from the optimizer step hook, not by reading the scale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch.optim.lr_scheduler import LRScheduler
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from ..errors import TrainmateError
+from .amp import AmpPolicy, resolve_amp
+from .batch import batch_size
+from .options import TrainOptions
+from .prefetch import CudaPrefetcher, ThreadPrefetcher
+from .summary import Outcome, RunSummary, _record
+from .timing import StepTimer
+
+
+def params_device(namespace: Mapping[str, object]) -> torch.device | None:
+    """Where the training happens: the parameters of an optimizer, else of a model, in `namespace`."""
+    values = list(namespace.values())
+    for value in values:
+        if isinstance(value, torch.optim.Optimizer):
+            for group in value.param_groups:
+                for p in group["params"]:
+                    return torch.device(p.device)
+    for value in values:
+        if isinstance(value, torch.nn.Module):
+            for p in value.parameters():
+                return torch.device(p.device)
+    return None
+
+
+class _Batches:
+    """The iterable that replaces a batch loop's iterable: `len()` works if the original's does."""
+
+    def __init__(self, session: TrainSession, iterable: Iterable[Any]) -> None:
+        self._session = session
+        self._iterable = iterable
+
+    def __len__(self) -> int:
+        return len(self._iterable)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._session._iterate(self._iterable)
+
+
+class TrainSession:
+    """One `%%train` run."""
+
+    def __init__(
+        self,
+        options: TrainOptions,
+        namespace: Mapping[str, object],
+        *,
+        own_amp: bool = False,
+        saw_backward: bool = True,
+        instrumented: tuple[str, ...] = (),
+        left_alone: tuple[str, ...] = (),
+    ) -> None:
+        self.options = options
+        self._namespace = namespace
+        found = params_device(namespace)
+        if options.device == "auto":
+            self.device = found or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            self._device_confirmed = found is not None
+        else:
+            self.device = torch.device(options.device)
+            if found is not None and not _same_device(found, self.device):
+                raise TrainmateError(
+                    f"--device {options.device}: the model's parameters are on {found}; "
+                    "move the model there or drop --device"
+                )
+            self._device_confirmed = True
+        if own_amp:
+            self.amp = AmpPolicy(
+                "off", self.device.type, "the cell brings its own autocast/GradScaler"
+            )
+        else:
+            self.amp = resolve_amp(options.amp, self.device)
+        # A scaler only where the rewrite routes backward(): scaling gradients it never saw would
+        # make the unscale in step() divide unscaled gradients.
+        self.scaler = self.amp.grad_scaler() if saw_backward else None
+        if options.prefetch == "cuda" and self.device.type != "cuda":
+            raise TrainmateError(f"--prefetch cuda: the run is on {self.device}")
+        self.accumulate = options.accumulate
+        self.timer = StepTimer(self.device)
+        self.epochs = 0
+        self.skipped_steps = 0
+        self._instrumented = instrumented
+        self._left_alone = left_alone
+        self._backwards = 0
+        self._pending = 0  # backward() calls since the last real optimizer step
+        self._last_batch = False
+        self._opt_steps: dict[int, int] = {}
+        self._stepping: dict[int, torch.optim.Optimizer] = {}
+        self._sched_last: dict[int, int] = {}
+        self._unscaled: set[int] = set()
+        self._update_pending = False
+        self._exit = contextlib.ExitStack()
+        self._started = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._started = time.perf_counter()
+        handle = register_optimizer_step_post_hook(self._on_optimizer_step)
+        self._exit.callback(handle.remove)
+        self._exit.enter_context(self.amp.autocast())
+
+    def close(self, outcome: Outcome) -> RunSummary:
+        """Undo everything the session set up and record the run's summary."""
+        try:
+            if self._update_pending and self.scaler is not None:
+                self.scaler.update()
+            totals = self.timer.finish()
+        finally:
+            self._exit.close()
+        steps = totals.steps or self._backwards
+        summary = RunSummary(
+            outcome=outcome,
+            device=str(self.device),
+            amp=self.amp.mode,
+            amp_reason=self.amp.reason,
+            prefetch=self.prefetch_mode,
+            accumulate=self.accumulate,
+            steps=steps,
+            optimizer_steps=sum(self._opt_steps.values()),
+            optimizer_steps_by_optimizer=tuple(self._opt_steps.values()),
+            epochs=self.epochs,
+            samples=totals.samples,
+            wall_s=time.perf_counter() - self._started,
+            data_wait_s=totals.data_s,
+            compute_s=totals.compute_s,
+            data_wait_share=totals.data_share,
+            skipped_steps=self.skipped_steps,
+            instrumented=self._instrumented,
+            left_alone=self._left_alone,
+        )
+        _record(summary)
+        return summary
+
+    @property
+    def prefetch_mode(self) -> str:
+        mode = self.options.prefetch
+        if mode == "auto":
+            return "cuda" if self.device.type == "cuda" else "off"
+        return mode
+
+    # -- batches ---------------------------------------------------------------------------------
+
+    def batches(self, iterable: Iterable[Any]) -> _Batches:
+        return _Batches(self, iterable)
+
+    def _source(self, iterable: Iterable[Any]) -> Iterator[Any]:
+        mode = self.prefetch_mode
+        if mode == "cuda":
+            if not self._device_confirmed:
+                found = params_device(self._namespace)
+                self._device_confirmed = found is not None and _same_device(found, self.device)
+            if self._device_confirmed:
+                return CudaPrefetcher(iterable, self.device)
+        elif mode == "thread":
+            return ThreadPrefetcher(iterable)
+        return iter(iterable)
+
+    def _iterate(self, iterable: Iterable[Any]) -> Iterator[Any]:
+        self.epochs += 1
+        try:
+            remaining: int | None = len(iterable)  # type: ignore[arg-type]
+        except TypeError:
+            remaining = None
+        source = self._source(iterable)
+        timer = self.timer
+        try:
+            while True:
+                timer.before_fetch()
+                try:
+                    batch = next(source)
+                except StopIteration:
+                    return
+                timer.after_fetch(batch_size(batch))
+                if remaining is not None:
+                    remaining -= 1
+                    self._last_batch = remaining == 0
+                yield batch
+        finally:
+            self._last_batch = False
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+    def next_batch(self, iterator: Iterator[Any], *default: Any) -> Any:
+        self.timer.before_fetch()
+        batch = next(iterator, *default)
+        self.timer.after_fetch(batch_size(batch))
+        return batch
+
+    # -- gradients -------------------------------------------------------------------------------
+
+    def backward(self, loss: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(loss, torch.Tensor):  # torch.autograd.backward(...) and the like
+            return loss.backward(*args, **kwargs)
+        if self._update_pending and self.scaler is not None:
+            # Once per iteration, before the next scale(): every optimizer stepped with one scale.
+            self.scaler.update()
+            self._update_pending = False
+            self._unscaled.clear()
+        if self.accumulate > 1:
+            loss = loss / self.accumulate
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        self._backwards += 1
+        self._pending += 1
+        return loss.backward(*args, **kwargs)
+
+    @property
+    def _at_boundary(self) -> bool:
+        """Whether the optimizer step that follows is a real one (accumulation complete)."""
+        return self._pending >= self.accumulate or self._last_batch
+
+    def zero_grad(self, target: Any, *args: Any, **kwargs: Any) -> Any:
+        if (
+            self.accumulate > 1
+            and self._pending > 0
+            and isinstance(target, torch.optim.Optimizer | torch.nn.Module)
+        ):
+            return None  # mid-accumulation: keep summing gradients
+        return target.zero_grad(*args, **kwargs)
+
+    def _unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.scaler is not None and id(optimizer) not in self._unscaled:
+            self.scaler.unscale_(optimizer)
+            self._unscaled.add(id(optimizer))
+
+    def _clip(self, fn: Callable[..., Any], parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        if self.accumulate > 1 and not self._at_boundary:
+            return torch.nn.utils.clip_grad_norm_(params, math.inf)  # the norm, nothing clipped
+        if self.scaler is not None:
+            ids = {id(p) for p in params}
+            for optimizer in self._stepping.values():
+                if any(id(p) in ids for g in optimizer.param_groups for p in g["params"]):
+                    self._unscale(optimizer)
+        return fn(params, *args, **kwargs)
+
+    def clip_grad_norm_(self, parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._clip(torch.nn.utils.clip_grad_norm_, parameters, *args, **kwargs)
+
+    def clip_grad_value_(self, parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._clip(torch.nn.utils.clip_grad_value_, parameters, *args, **kwargs)
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    def step(self, target: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(target, torch.optim.Optimizer):
+            return self._optimizer_step(target, args, kwargs)
+        if isinstance(target, LRScheduler):
+            return self._scheduler_step(target, args, kwargs)
+        return target.step(*args, **kwargs)
+
+    def _optimizer_step(
+        self, optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        self._stepping.setdefault(id(optimizer), optimizer)
+        if args or kwargs:  # a closure (LBFGS): it runs forward and backward itself
+            return optimizer.step(*args, **kwargs)
+        if self.accumulate > 1 and not self._at_boundary:
+            return None
+        if self.options.clip is not None:
+            self._unscale(optimizer)
+            params = [p for g in optimizer.param_groups for p in g["params"]]
+            torch.nn.utils.clip_grad_norm_(params, self.options.clip)
+        result = None
+        if self.scaler is not None:
+            before = self._opt_steps.get(id(optimizer), 0)
+            result = self.scaler.step(optimizer)
+            self._update_pending = True
+            if self._opt_steps.get(id(optimizer), 0) == before:
+                self.skipped_steps += 1  # inf/NaN gradients: GradScaler skipped the update
+        else:
+            result = optimizer.step()
+        self._pending = 0
+        return result
+
+    def _scheduler_step(
+        self, scheduler: LRScheduler, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if self.scaler is None and self.accumulate == 1:
+            return scheduler.step(*args, **kwargs)  # nothing can skip a step: leave the order alone
+        # Step a scheduler only after its optimizer really stepped (PyTorch issue 44511: with a
+        # GradScaler skipping steps, or mid-accumulation, the schedule would run ahead).
+        real = self._opt_steps.get(id(scheduler.optimizer), 0)
+        if real == 0 or self._sched_last.get(id(scheduler)) == real:
+            return None
+        self._sched_last[id(scheduler)] = real
+        return scheduler.step(*args, **kwargs)
+
+    def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        key = id(optimizer)
+        self._opt_steps[key] = self._opt_steps.get(key, 0) + 1
+        if self.accumulate > 1 and len(self._opt_steps) > 1:
+            raise TrainmateError(
+                "--accumulate works with one optimizer; this loop steps several (accumulate by hand)"
+            )
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    if a.type != b.type:
+        return False
+    if a.type == "cuda":
+        index_a = a.index if a.index is not None else torch.cuda.current_device()
+        index_b = b.index if b.index is not None else torch.cuda.current_device()
+        return index_a == index_b
+    return True

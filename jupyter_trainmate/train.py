@@ -1,0 +1,96 @@
+"""
+Run one `%%train` cell: rewrite it, run it under a `TrainSession`, undo everything after.
+
+Kept apart from `magic.py` (argument parsing only) so the same path serves tests and tools.
+"""
+
+from __future__ import annotations
+
+import linecache
+import types
+from typing import Any
+
+from .errors import TrainmateError
+from .rewrite import SESSION, RewriteResult, rewrite_cell
+from .runtime.options import TrainOptions
+from .runtime.session import TrainSession
+from .runtime.summary import Outcome, RunSummary
+
+
+def show(result: RewriteResult) -> str:
+    """What `%%train --show` prints: the code that would run, then the notes."""
+    parts = ["# --- cell, as %%train runs it ---", result.code.rstrip()]
+    for name, fn in result.functions.items():
+        parts += [f"\n# --- function {name}, rewritten for the run ---", fn.code.rstrip()]
+    parts.append("\n# --- what %%train did ---")
+    parts += [f"# {note}" for note in result.notes] or ["# nothing: the cell runs unchanged"]
+    return "\n".join(parts)
+
+
+def _compile_function(
+    name: str, source: str, fn: types.FunctionType, index: int
+) -> types.FunctionType:
+    filename = f"<trainmate function {name} #{index}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    scratch: dict[str, Any] = {}
+    exec(compile(source, filename, "exec"), fn.__globals__, scratch)
+    new = scratch[name]
+    assert isinstance(new, types.FunctionType)
+    new.__defaults__, new.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
+    return new
+
+
+def run_cell(
+    source: str,
+    filename: str,
+    options: TrainOptions,
+    namespace: dict[str, Any],
+    result: RewriteResult | None = None,
+) -> RunSummary:
+    """Rewrite and run `source` in `namespace`. Re-raises what the cell raised, after cleaning up.
+
+    `filename` is where the cell's source is registered for tracebacks (IPython's compiler cache
+    in a notebook): the rewrite keeps line numbers, so tracebacks show the user's own lines.
+    """
+    __tracebackhide__ = True
+    result = result or rewrite_cell(source, namespace)
+    facts = result.merged_facts()
+    if options.accumulate > 1 and facts.manual_accumulation_line is not None:
+        raise TrainmateError(
+            f"--accumulate {options.accumulate}: the loop already accumulates gradients by hand "
+            f"(line {facts.manual_accumulation_line}); drop one of the two"
+        )
+    if options.accumulate > 1 and facts.own_scaler:
+        raise TrainmateError(
+            f"--accumulate {options.accumulate}: the cell runs its own GradScaler; accumulate there"
+        )
+    session = TrainSession(
+        options,
+        namespace,
+        own_amp=facts.own_amp,
+        saw_backward=facts.backward_calls > 0,
+        instrumented=tuple(str(n) for n in result.instrumented),
+        left_alone=tuple(str(n) for n in result.left_alone),
+    )
+    code = compile(result.code, filename, "exec")
+    swapped: dict[str, tuple[Any, Any]] = {}
+    outcome: Outcome = "failed"
+    try:
+        for index, (name, fn) in enumerate(result.functions.items()):
+            new = _compile_function(name, fn.code, fn.original.function, index)
+            swapped[name] = (namespace.get(name), new)
+            namespace[name] = new
+        namespace[SESSION] = session
+        session.start()
+        exec(code, namespace)
+        outcome = "finished"
+    except KeyboardInterrupt:
+        outcome = "interrupted"
+        raise
+    finally:
+        namespace.pop(SESSION, None)
+        for name, (original, ours) in swapped.items():
+            if namespace.get(name) is ours:  # unless the cell itself redefined it
+                namespace[name] = original
+        summary = session.close(outcome)
+    return summary
