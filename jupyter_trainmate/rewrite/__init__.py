@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import libcst as cst
+import libcst.matchers as m
 
 from .calls import TrainCallTransformer
 from .context import SESSION, Note, RewriteContext
-from .detect import CodeFacts, read_facts
+from .detect import BACKWARD, CodeFacts, read_facts
 from .functions import (
     FunctionSource,
     called_names,
@@ -79,57 +80,80 @@ class RewriteResult:
         return facts
 
 
-def rewrite_source(source: str, context: RewriteContext) -> tuple[str, CodeFacts, cst.Module]:
+def rewrite_source(
+    source: str, context: RewriteContext, trainers: frozenset[str] = frozenset()
+) -> tuple[str, CodeFacts]:
     """Rewrite one piece of code (a cell or a function). Raises libcst's ParserSyntaxError."""
-    module = cst.parse_module(source)
-    wrapper = cst.MetadataWrapper(module)
-    facts = read_facts(wrapper)
+    wrapper = cst.MetadataWrapper(cst.parse_module(source))
+    facts = read_facts(wrapper, trainers)
     looped = wrapper.visit(BatchLoopTransformer(context, facts))
     called = cst.MetadataWrapper(looped).visit(TrainCallTransformer(context))
-    return called.code, facts, module
+    return called.code, facts
+
+
+def _reachable_functions(
+    module: cst.Module, namespace: Mapping[str, object]
+) -> dict[str, tuple[FunctionSource, cst.Module, set[str]]]:
+    """Notebook functions the code calls, and those they call, up to MAX_FUNCTION_DEPTH deep."""
+    found: dict[str, tuple[FunctionSource, cst.Module, set[str]]] = {}
+    frontier, _ = called_names(module)
+    for _ in range(MAX_FUNCTION_DEPTH):
+        next_frontier: set[str] = set()
+        for name in sorted(frontier - found.keys() - {SESSION}):
+            fn = notebook_function(name, namespace)
+            if fn is None:
+                continue
+            try:
+                fn_module = cst.parse_module(fn.source)
+            except cst.ParserSyntaxError:
+                continue
+            calls, _ = called_names(fn_module)
+            found[name] = (fn, fn_module, calls)
+            next_frontier |= calls
+        frontier = next_frontier
+    return found
+
+
+def _trainers(
+    functions: Mapping[str, tuple[FunctionSource, cst.Module, set[str]]],
+) -> frozenset[str]:
+    """Names of the functions that call backward(), directly or through another such function."""
+    trainers = {name for name, (fn, mod, _) in functions.items() if m.findall(mod, BACKWARD)}
+    changed = True
+    while changed:
+        more = {name for name, (_, _, calls) in functions.items() if calls & trainers} - trainers
+        trainers |= more
+        changed = bool(more)
+    return frozenset(trainers)
 
 
 def rewrite_cell(source: str, namespace: Mapping[str, object] | None = None) -> RewriteResult:
     """Rewrite a `%%train` cell and the notebook functions it calls (looked up in `namespace`)."""
     context = RewriteContext()
     try:
-        code, facts, module = rewrite_source(source, context)
+        module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
         context.left_alone(exc.raw_line, "the whole cell", f"libcst cannot parse it: {exc.message}")
         return RewriteResult(source, CodeFacts(), notes=context.notes)
+    functions = _reachable_functions(module, namespace) if namespace is not None else {}
+    trainers = _trainers(functions)
+    code, facts = rewrite_source(source, context, trainers)
     result = RewriteResult(code, facts, notes=context.notes)
     if namespace is not None:
-        _rewrite_functions(module, namespace, result, depth=1)
-    return result
-
-
-def _rewrite_functions(
-    module: cst.Module, namespace: Mapping[str, object], result: RewriteResult, depth: int
-) -> None:
-    names, methods = called_names(module)
-    for qualname in notebook_methods_with_backward(methods, namespace):
-        result.notes.append(
-            Note(
-                "left alone",
-                "cell",
-                f"method {qualname}",
-                "methods are not rewritten; optimizer hooks still count its steps",
+        _, methods = called_names(module)
+        for qualname in notebook_methods_with_backward(methods, namespace):
+            result.notes.append(
+                Note(
+                    "left alone",
+                    "cell",
+                    f"method {qualname}",
+                    "methods are not rewritten; optimizer hooks still count its steps",
+                )
             )
-        )
-    for name in sorted(names):
-        if name in result.functions or name == SESSION:
-            continue
-        fn = notebook_function(name, namespace)
-        if fn is None:
-            continue
-        context = RewriteContext(origin=f"function {name}", line_offset=fn.first_line - 1)
-        try:
-            new_source, fn_facts, fn_module = rewrite_source(fn.source, context)
-        except cst.ParserSyntaxError:
-            continue
-        if not any(n.kind == "instrumented" for n in context.notes):
-            continue
-        result.functions[name] = RewrittenFunction(fn, new_source, fn_facts)
-        result.notes.extend(context.notes)
-        if depth < MAX_FUNCTION_DEPTH:
-            _rewrite_functions(fn_module, namespace, result, depth + 1)
+    for name, (fn, _, _) in functions.items():
+        fn_context = RewriteContext(origin=f"function {name}", line_offset=fn.first_line - 1)
+        new_source, fn_facts = rewrite_source(fn.source, fn_context, trainers)
+        if any(n.kind == "instrumented" for n in fn_context.notes):
+            result.functions[name] = RewrittenFunction(fn, new_source, fn_facts)
+            result.notes.extend(fn_context.notes)
+    return result

@@ -2,7 +2,8 @@
 A read-only pass over the code: which loops train, and what the code already does by itself.
 
 Its answers steer the transformers: a loop is a training loop when `.backward()` is called in its
-body (not counting nested function definitions); the code brings its own mixed precision when it
+body (not counting nested function definitions), directly or through a notebook function that
+trains; the code brings its own mixed precision when it
 names `autocast` or `GradScaler`; it accumulates by hand when an `if` on a `%` test guards an
 optimizer `step()`.
 """
@@ -23,6 +24,7 @@ class CodeFacts:
     """What a read of the code found (node sets hold libcst nodes by identity)."""
 
     training_loops: set[cst.CSTNode] = field(default_factory=set)
+    training_comprehensions: set[cst.CSTNode] = field(default_factory=set)
     backward_calls: int = 0
     own_autocast: bool = False
     own_scaler: bool = False
@@ -37,9 +39,10 @@ class CodeFacts:
 class _FactsVisitor(m.MatcherDecoratableVisitor):
     METADATA_DEPENDENCIES = (cst.metadata.PositionProvider,)
 
-    def __init__(self) -> None:
+    def __init__(self, trainers: frozenset[str]) -> None:
         super().__init__()
         self.facts = CodeFacts()
+        self._trainers = trainers
         self._loops: list[cst.CSTNode] = []
         self._saved: list[list[cst.CSTNode]] = []
 
@@ -63,9 +66,40 @@ class _FactsVisitor(m.MatcherDecoratableVisitor):
     def leave_While(self, original_node: cst.While) -> None:
         self._loops.pop()
 
+    def _trains(self, node: cst.CSTNode) -> bool:
+        """Whether `node` holds a backward() or a call to a notebook function that trains."""
+        if m.findall(node, BACKWARD):
+            return True
+        calls = m.findall(node, m.Call(func=m.Name()))
+        return any(
+            c.func.value in self._trainers
+            for c in calls
+            if isinstance(c, cst.Call) and isinstance(c.func, cst.Name)
+        )
+
+    def _comprehension(
+        self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp
+    ) -> None:
+        if self._trains(node):
+            self.facts.training_comprehensions.add(node)
+
+    def visit_ListComp(self, node: cst.ListComp) -> None:
+        self._comprehension(node)
+
+    def visit_SetComp(self, node: cst.SetComp) -> None:
+        self._comprehension(node)
+
+    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
+        self._comprehension(node)
+
+    def visit_DictComp(self, node: cst.DictComp) -> None:
+        self._comprehension(node)
+
     def visit_Call(self, node: cst.Call) -> None:
         if m.matches(node, BACKWARD):
             self.facts.backward_calls += 1
+            self.facts.training_loops.update(self._loops)
+        elif isinstance(node.func, cst.Name) and node.func.value in self._trainers:
             self.facts.training_loops.update(self._loops)
         if m.matches(node.func, m.Attribute(value=m.Name("autograd"), attr=m.Name("grad"))):
             self.facts.autograd_grad = True
@@ -90,7 +124,8 @@ class _FactsVisitor(m.MatcherDecoratableVisitor):
             self.facts.manual_accumulation_line = pos.start.line
 
 
-def read_facts(wrapper: cst.MetadataWrapper) -> CodeFacts:
-    visitor = _FactsVisitor()
+def read_facts(wrapper: cst.MetadataWrapper, trainers: frozenset[str] = frozenset()) -> CodeFacts:
+    """Read `wrapper`'s code; calls to the notebook functions named in `trainers` count as training."""
+    visitor = _FactsVisitor(trainers)
     wrapper.visit(visitor)
     return visitor.facts

@@ -11,12 +11,15 @@ batches by hand are timed too. Every change is inline: line numbers do not move.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import libcst as cst
 import libcst.matchers as m
 
 from .context import SESSION, RewriteContext
 from .detect import CodeFacts
 
+_Comp = TypeVar("_Comp", cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 RANGE_LIKE = {"range", "trange", "count", "repeat"}
 KEEP_OUTSIDE = {"enumerate", "tqdm"}
 
@@ -109,7 +112,7 @@ class BatchLoopTransformer(m.MatcherDecoratableTransformer):
                 )
             else:
                 self.context.instrumented(
-                    line, f"batch loop over {code}", "timed; prefetched as --prefetch says"
+                    line, f"batch loop over {code}", "timed; prefetched per --prefetch"
                 )
                 updated_node = updated_node.with_changes(iter=_wrap(updated_node.iter))
                 wrapped = True
@@ -125,6 +128,49 @@ class BatchLoopTransformer(m.MatcherDecoratableTransformer):
         if frame["wrapped_inside"] and self._frames:
             self._frames[-1]["wrapped_inside"] = True
         return updated_node
+
+    def _leave_comprehension(self, original: cst.CSTNode, updated: _Comp) -> _Comp:
+        if original not in self.facts.training_comprehensions:
+            return updated
+        chain = []
+        node: cst.CompFor | None = updated.for_in
+        while node is not None:
+            chain.append(node)
+            node = node.inner_for_in
+        candidates = [
+            i for i, f in enumerate(chain) if f.asynchronous is None and not is_range_like(f.iter)
+        ]
+        if not candidates:
+            return updated
+        target = candidates[-1]
+        code = cst.Module([]).code_for_node(chain[target].iter)
+        self.context.instrumented(self._line(original), f"batch comprehension over {code}", "timed")
+        rebuilt: cst.CompFor | None = None
+        for i in reversed(range(len(chain))):
+            part = chain[i].with_changes(inner_for_in=rebuilt)
+            if i == target:
+                part = part.with_changes(iter=_wrap(part.iter))
+            rebuilt = part
+        assert rebuilt is not None
+        return updated.with_changes(for_in=rebuilt)
+
+    def leave_ListComp(
+        self, original_node: cst.ListComp, updated_node: cst.ListComp
+    ) -> cst.ListComp:
+        return self._leave_comprehension(original_node, updated_node)
+
+    def leave_SetComp(self, original_node: cst.SetComp, updated_node: cst.SetComp) -> cst.SetComp:
+        return self._leave_comprehension(original_node, updated_node)
+
+    def leave_GeneratorExp(
+        self, original_node: cst.GeneratorExp, updated_node: cst.GeneratorExp
+    ) -> cst.GeneratorExp:
+        return self._leave_comprehension(original_node, updated_node)
+
+    def leave_DictComp(
+        self, original_node: cst.DictComp, updated_node: cst.DictComp
+    ) -> cst.DictComp:
+        return self._leave_comprehension(original_node, updated_node)
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         if (

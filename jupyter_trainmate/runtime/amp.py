@@ -3,8 +3,8 @@ Mixed precision policy: which autocast dtype, and whether a GradScaler is needed
 
 `--amp auto` picks bf16 autocast on GPUs that support it (compute capability 8.0 and newer), fp16
 autocast with a GradScaler on older GPUs, and nothing on the CPU: bf16 autocast on a CPU is slower
-than fp32 for the small ops of typical notebook models on these machines. `--amp bf16` still
-forces it there.
+than fp32 for the small ops of typical notebook models on these machines. `--amp bf16` or
+`--amp fp16` (with a GradScaler, as on a GPU) still force it there.
 """
 
 from __future__ import annotations
@@ -65,8 +65,4 @@ def resolve_amp(mode: str, device: torch.device) -> AmpPolicy:
         return AmpPolicy(mode, kind, f"--amp {mode}")
     if mode == "auto":
         return AmpPolicy("off", kind, f"auto: off on {kind} (bf16 autocast is slower there)")
-    if mode == "fp16" and kind == "cpu":
-        raise TrainmateError(
-            "--amp fp16: the CPU has no fp16 autocast worth using; use bf16 or off"
-        )
     return AmpPolicy(mode, kind, f"--amp {mode}")

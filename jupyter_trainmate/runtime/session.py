@@ -47,7 +47,12 @@ def params_device(namespace: Mapping[str, object]) -> torch.device | None:
 
 
 class _Batches:
-    """The iterable that replaces a batch loop's iterable: `len()` works if the original's does."""
+    """The iterable that replaces a batch loop's iterable: `len()` works if the original's does.
+
+    `iter()` on it calls `iter()` on the original at once, as the plain loop would: creating a
+    DataLoader iterator draws a seed from the global RNG, and wrappers such as tqdm's asyncio
+    class call `iter()` an extra time, so a lazy wrapper would shift every later random draw.
+    """
 
     def __init__(self, session: TrainSession, iterable: Iterable[Any]) -> None:
         self._session = session
@@ -57,7 +62,11 @@ class _Batches:
         return len(self._iterable)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Any]:
-        return self._session._iterate(self._iterable)
+        try:
+            remaining: int | None = len(self._iterable)  # type: ignore[arg-type]
+        except TypeError:
+            remaining = None
+        return self._session._iterate(self._session._source(self._iterable), remaining)
 
 
 class TrainSession:
@@ -179,14 +188,9 @@ class TrainSession:
             return ThreadPrefetcher(iterable)
         return iter(iterable)
 
-    def _iterate(self, iterable: Iterable[Any]) -> Iterator[Any]:
-        self.epochs += 1
-        try:
-            remaining: int | None = len(iterable)  # type: ignore[arg-type]
-        except TypeError:
-            remaining = None
-        source = self._source(iterable)
+    def _iterate(self, source: Iterator[Any], remaining: int | None) -> Iterator[Any]:
         timer = self.timer
+        first = True
         try:
             while True:
                 timer.before_fetch()
@@ -195,6 +199,9 @@ class TrainSession:
                 except StopIteration:
                     return
                 timer.after_fetch(batch_size(batch))
+                if first:
+                    self.epochs += 1  # counted at the first batch: an unused iter() is no epoch
+                    first = False
                 if remaining is not None:
                     remaining -= 1
                     self._last_batch = remaining == 0

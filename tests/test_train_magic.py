@@ -1,0 +1,269 @@
+"""`%%train` options, errors and clean-up: what a user sees around the loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from IPython.core.error import UsageError
+from torch.optim.optimizer import _global_optimizer_post_hooks
+
+from jupyter_trainmate import last_run
+
+from .train_harness import COMMON, fresh_shell, run, weights
+
+LOOP = """
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (1 + step))
+for epoch in range(2):
+    for xb, yb in loader:
+        opt.zero_grad()
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        opt.step()
+        sched.step()
+"""
+
+
+def test_show_prints_the_rewritten_code_and_does_not_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    before = weights(ip)
+    ip.run_cell(f"%%train --show\n{LOOP}").raise_error()
+    out = capsys.readouterr().out
+    assert "for xb, yb in __trainmate__.batches(loader):" in out
+    assert "__trainmate__.backward(loss)" in out
+    assert "instrumented cell line 3: batch loop over loader" in out
+    assert "sched" not in ip.user_ns  # nothing ran
+    after = weights(ip)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_rewrite_keeps_line_numbers_so_tracebacks_point_at_the_users_line() -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    result = ip.run_cell(
+        "%%train\nfor xb, yb in loader:\n    loss = loss_fn(model(xb), yb)\n    loss.backward()\n    1 / 0\n"
+    )
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    frames = []
+    tb = result.error_in_exec.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
+        tb = tb.tb_next
+    assert frames[-1][1] == 4  # line 4 of the cell body: `1 / 0`
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "failed"
+
+
+def test_nothing_is_left_patched_after_a_failing_cell() -> None:
+    hooks_before = len(_global_optimizer_post_hooks)
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell("def helper(m, xb, yb):\n    loss_fn(m(xb), yb).backward()\n").raise_error()
+    original = ip.user_ns["helper"]
+    result = ip.run_cell(
+        "%%train --amp bf16\nfor xb, yb in loader:\n    helper(model, xb, yb)\n    raise RuntimeError('boom')\n"
+    )
+    assert isinstance(result.error_in_exec, RuntimeError)
+    assert "__trainmate__" not in ip.user_ns
+    assert ip.user_ns["helper"] is original
+    assert len(_global_optimizer_post_hooks) == hooks_before
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_keyboard_interrupt_marks_the_run_interrupted() -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(
+        "%%train\nfor xb, yb in loader:\n    loss_fn(model(xb), yb).backward()\n    raise KeyboardInterrupt\n"
+    )
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "interrupted"
+    assert summary.steps == 1
+
+
+def test_syntax_error_reads_like_ipythons_own(capsys: pytest.CaptureFixture[str]) -> None:
+    ip = fresh_shell()
+    result = ip.run_cell("%%train\nx = 1\nfor i in range(3)\n    pass\n")
+    assert not result.success
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "SyntaxError" in text
+    assert "line 2" in text
+    assert "magic.py" not in text  # no frames of ours
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("--amp fp9", "--amp fp9: choose one of"),
+        ("--accumulate 0", "--accumulate 0: must be 1 or more"),
+        ("--clip -1", "--clip -1.0: must be a positive max norm"),
+        ("--prefetch warp", "--prefetch warp: choose one of"),
+        ("--device tpu:x", "--device tpu:x: not a device"),
+        ("--prefetch cuda", "--prefetch cuda: the run is on cpu"),
+        ("--device cuda:0", "--device cuda:0: the model's parameters are on cpu"),
+        ("--bogus", "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_options_are_usage_errors(line: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        run([COMMON, LOOP], line)
+
+
+def test_accumulate_matches_hand_written_accumulation() -> None:
+    hand = """
+for i, (xb, yb) in enumerate(loader):
+    loss = loss_fn(model(xb), yb) / 4
+    loss.backward()
+    if (i + 1) % 4 == 0:
+        opt.step()
+        opt.zero_grad()
+"""
+    plain_loop = """
+for xb, yb in loader:
+    opt.zero_grad()
+    loss = loss_fn(model(xb), yb)
+    loss.backward()
+    opt.step()
+"""
+    expected = weights(run([COMMON, hand], None))
+    got = weights(run([COMMON, plain_loop], "--accumulate 4"))
+    assert all(torch.allclose(expected[k], got[k], rtol=0, atol=1e-7) for k in expected)
+    summary = last_run()
+    assert summary is not None
+    assert summary.steps == 8
+    assert summary.optimizer_steps == 2
+    assert summary.accumulate == 4
+
+
+def test_accumulate_steps_on_the_last_partial_window_and_schedules_real_steps() -> None:
+    ip = run([COMMON, LOOP], "--accumulate 3")  # 8 batches an epoch: steps after 3, 6 and 8
+    summary = last_run()
+    assert summary is not None
+    assert summary.optimizer_steps == 2 * 3
+    # LambdaLR stepped once per real optimizer step: lr = 0.1 / (1 + 6)
+    assert ip.user_ns["opt"].param_groups[0]["lr"] == pytest.approx(0.1 / 7)
+
+
+def test_clip_limits_the_gradient_norm() -> None:
+    cell = """
+norms = []
+for xb, yb in loader:
+    opt.zero_grad()
+    (loss_fn(model(xb), yb) * 1000).backward()
+    opt.step()
+    norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")).item())
+"""
+    ip = run([COMMON, cell], "--clip 0.25")
+    assert max(ip.user_ns["norms"]) <= 0.25 + 1e-5
+
+
+def test_fp16_scaler_skips_inf_steps_and_holds_the_scheduler_back() -> None:
+    cell = """
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (1 + step))
+for i, (xb, yb) in enumerate(loader):
+    opt.zero_grad()
+    loss = loss_fn(model(xb), yb)
+    if i in (2, 5):
+        loss = loss * float("inf")
+    loss.backward()
+    opt.step()
+    sched.step()
+"""
+    ip = run([COMMON, cell], "--amp fp16")
+    summary = last_run()
+    assert summary is not None
+    assert summary.amp == "fp16"
+    assert summary.skipped_steps == 2
+    assert summary.optimizer_steps == 6
+    assert ip.user_ns["opt"].param_groups[0]["lr"] == pytest.approx(0.1 / 7)
+    assert all(torch.isfinite(t).all() for t in weights(ip).values())
+
+
+def test_a_cell_with_its_own_grad_scaler_gets_no_amp_added() -> None:
+    cell = """
+scaler = torch.amp.GradScaler("cpu")
+for xb, yb in loader:
+    opt.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = loss_fn(model(xb), yb)
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+"""
+    expected = weights(run([COMMON, cell], None))
+    got = weights(run([COMMON, cell], "--amp fp16"))
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+    summary = last_run()
+    assert summary is not None
+    assert summary.amp == "off"
+    assert "own autocast/GradScaler" in summary.amp_reason
+
+
+def test_bf16_autocast_reaches_code_the_rewrite_cannot_see() -> None:
+    cell = """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+        self.dtypes = []
+    def forward(self, x):
+        out = self.fc(x)
+        self.dtypes.append(out.dtype)
+        return out
+
+net = Net()
+opt2 = torch.optim.SGD(net.parameters(), lr=0.1)
+for xb, yb in loader:
+    opt2.zero_grad()
+    loss_fn(net(xb).float(), yb).backward()
+    opt2.step()
+"""
+    ip = run([COMMON, cell], "--amp bf16")
+    assert set(ip.user_ns["net"].dtypes) == {torch.bfloat16}
+
+
+def test_thread_prefetch_is_opt_in_and_keeps_batches_without_random_draws() -> None:
+    cell = """
+seen = []
+plain_loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=False)
+for xb, yb in plain_loader:
+    seen.append(yb)
+    opt.zero_grad()
+    loss_fn(model(xb), yb).backward()
+    opt.step()
+"""
+    expected = run([COMMON.replace("nn.Dropout(0.2), ", ""), cell], None)
+    got = run([COMMON.replace("nn.Dropout(0.2), ", ""), cell], "--prefetch thread")
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(expected.user_ns["seen"], got.user_ns["seen"], strict=True)
+    )
+    assert all(torch.equal(v, weights(got)[k]) for k, v in weights(expected).items())
+    summary = last_run()
+    assert summary is not None
+    assert summary.prefetch == "thread"
+
+
+def test_last_run_summary_fields() -> None:
+    run([COMMON, LOOP], "")
+    summary = last_run()
+    assert summary is not None
+    assert (summary.steps, summary.optimizer_steps, summary.epochs, summary.samples) == (
+        16,
+        16,
+        2,
+        512,
+    )
+    assert summary.wall_s > 0
+    assert summary.samples_per_s > 0
+    assert summary.data_wait_s + summary.compute_s <= summary.wall_s
+    assert summary.device == "cpu"
+    assert summary.amp == "off"
+    assert summary.skipped_steps == 0
+    assert any("loss.backward()" in n for n in summary.instrumented)
+    assert "16 steps (16 optimizer steps)" in summary.line()

@@ -1,0 +1,65 @@
+"""Run a cell plainly and under `%%train` in fresh IPython shells; compare the weights bit for bit."""
+
+from __future__ import annotations
+
+import torch
+from IPython.core.interactiveshell import InteractiveShell
+
+from jupyter_trainmate import RunSummary, last_run
+
+COMMON = """
+import random
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+random.seed(0)
+torch.manual_seed(0)
+x = torch.randn(256, 8)
+y = (x[:, :4].sum(1) > 0).long()
+loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
+model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.2), nn.ReLU(), nn.Linear(16, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+loss_fn = nn.CrossEntropyLoss()
+"""
+
+
+def fresh_shell() -> InteractiveShell:
+    InteractiveShell.clear_instance()
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "jupyter_trainmate")
+    return ip
+
+
+def weights(ip: InteractiveShell) -> dict[str, torch.Tensor]:
+    found = {}
+    for name, value in ip.user_ns.items():
+        if isinstance(value, torch.nn.Module) and not name.startswith("_"):
+            for key, tensor in value.state_dict().items():
+                found[f"{name}.{key}"] = tensor.detach().clone()
+    return found
+
+
+def run(cells: list[str], line: str | None) -> InteractiveShell:
+    """Run every cell; the last one plainly (line None) or under `%%train LINE`."""
+    ip = fresh_shell()
+    *setup, loop = cells
+    for cell in setup:
+        ip.run_cell(cell).raise_error()
+    ip.run_cell(loop if line is None else f"%%train {line}\n{loop}").raise_error()
+    return ip
+
+
+def assert_parity(cells: list[str], line: str = "") -> tuple[RunSummary, InteractiveShell]:
+    """The cell under `%%train LINE` ends with the same weights as the plain cell, bit for bit."""
+    plain = weights(run(cells, None))
+    ip = run(cells, line)
+    trained = weights(ip)
+    assert plain, "no model found to compare"
+    assert plain.keys() == trained.keys()
+    differing = [k for k in plain if not torch.equal(plain[k], trained[k])]
+    assert not differing, f"weights differ from the plain run: {differing}"
+    assert "__trainmate__" not in ip.user_ns
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "finished"
+    return summary, ip
