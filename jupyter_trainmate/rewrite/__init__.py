@@ -10,7 +10,8 @@ traceback points at the user's own line.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -84,10 +85,10 @@ def rewrite_source(
     source: str, context: RewriteContext, trainers: frozenset[str] = frozenset()
 ) -> tuple[str, CodeFacts]:
     """Rewrite one piece of code (a cell or a function). Raises libcst's ParserSyntaxError."""
-    wrapper = cst.MetadataWrapper(cst.parse_module(source))
+    wrapper = cst.MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
     facts = read_facts(wrapper, trainers)
     looped = wrapper.visit(BatchLoopTransformer(context, facts))
-    called = cst.MetadataWrapper(looped).visit(TrainCallTransformer(context))
+    called = cst.MetadataWrapper(looped, unsafe_skip_copy=True).visit(TrainCallTransformer(context))
     return called.code, facts
 
 
@@ -127,8 +128,68 @@ def _trainers(
     return frozenset(trainers)
 
 
+class _RecordingNamespace(Mapping[str, object]):
+    """A read-only view of the namespace that remembers what the rewrite looked up in it."""
+
+    def __init__(self, namespace: Mapping[str, object]) -> None:
+        self._namespace = namespace
+        self.looked_up: dict[str, object] = {}
+        self.types: dict[str, type | None] = {}
+
+    def __getitem__(self, key: str) -> object:
+        value = self._namespace[key]
+        self.looked_up[key] = value
+        return value
+
+    def get(self, key: str, default: object = None) -> object:
+        value = self._namespace.get(key, default)
+        self.looked_up[key] = value
+        return value
+
+    def type_of(self, key: str) -> type | None:
+        value = self._namespace.get(key)
+        self.types[key] = None if value is None else type(value)
+        return self.types[key]
+
+    def still_valid(self, namespace: Mapping[str, object]) -> bool:
+        """Whether `namespace` still holds the same functions and the same types of objects."""
+        if any(namespace.get(k) is not v for k, v in self.looked_up.items()):
+            return False
+        return all(
+            (None if (v := namespace.get(k)) is None else type(v)) is t
+            for k, t in self.types.items()
+        )
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._namespace)
+
+    def __len__(self) -> int:
+        return len(self._namespace)
+
+
+# Re-running a cell is the common case (tweak a hyperparameter, run again): its rewrite is reused
+# while every name the rewrite looked up still names the same object.
+_CACHE: OrderedDict[str, tuple[RewriteResult, _RecordingNamespace]] = OrderedDict()
+_CACHE_SIZE = 64
+
+
 def rewrite_cell(source: str, namespace: Mapping[str, object] | None = None) -> RewriteResult:
     """Rewrite a `%%train` cell and the notebook functions it calls (looked up in `namespace`)."""
+    if namespace is None:
+        return _rewrite_cell(source, None)
+    cached = _CACHE.get(source)
+    if cached is not None and cached[1].still_valid(namespace):
+        _CACHE.move_to_end(source)
+        return cached[0]
+    recorder = _RecordingNamespace(namespace)
+    result = _rewrite_cell(source, recorder)
+    _CACHE[source] = (result, recorder)
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return result
+
+
+def _rewrite_cell(source: str, namespace: _RecordingNamespace | None) -> RewriteResult:
     context = RewriteContext()
     try:
         module = cst.parse_module(source)
@@ -141,7 +202,7 @@ def rewrite_cell(source: str, namespace: Mapping[str, object] | None = None) -> 
     result = RewriteResult(code, facts, notes=context.notes)
     if namespace is not None:
         _, methods = called_names(module)
-        for qualname in notebook_methods_with_backward(methods, namespace):
+        for qualname in notebook_methods_with_backward(methods, namespace.type_of):
             result.notes.append(
                 Note(
                     "left alone",

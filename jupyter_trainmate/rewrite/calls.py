@@ -23,7 +23,7 @@ def _session_call(method: str, args: list[cst.Arg]) -> cst.Call:
     return cst.Call(func=cst.Attribute(value=cst.Name(SESSION), attr=cst.Name(method)), args=args)
 
 
-class TrainCallTransformer(m.MatcherDecoratableTransformer):
+class TrainCallTransformer(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (cst.metadata.PositionProvider,)
 
     def __init__(self, context: RewriteContext) -> None:

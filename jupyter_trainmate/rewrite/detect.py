@@ -36,7 +36,7 @@ class CodeFacts:
         return self.own_autocast or self.own_scaler
 
 
-class _FactsVisitor(m.MatcherDecoratableVisitor):
+class _FactsVisitor(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (cst.metadata.PositionProvider,)
 
     def __init__(self, trainers: frozenset[str]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import textwrap
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import libcst as cst
@@ -58,19 +58,23 @@ def notebook_function(name: str, namespace: Mapping[str, object]) -> FunctionSou
 
 
 def notebook_methods_with_backward(
-    methods: set[tuple[str, str]], namespace: Mapping[str, object]
+    methods: set[tuple[str, str]], type_of: Callable[[str], type | None]
 ) -> list[str]:
-    """`Class.method` names of notebook classes whose method source calls `.backward()`."""
+    """`Class.method` names of notebook classes whose method source calls `.backward()`.
+
+    `type_of(name)` gives the type of the object a name holds: the type, not the object, is what
+    matters here (a loop rebinds `loss` on every run; its type stays the same).
+    """
     found = []
     for obj_name, attr in sorted(methods):
-        obj = namespace.get(obj_name)
-        if obj is None or isinstance(obj, types.ModuleType):
+        cls = type_of(obj_name)
+        if cls is None or issubclass(cls, types.ModuleType):
             continue
-        method = getattr(type(obj), attr, None)
+        method = getattr(cls, attr, None)
         if isinstance(method, types.FunctionType) and method.__module__ == "__main__":
             try:
                 if ".backward(" in inspect.getsource(method):
-                    found.append(f"{type(obj).__name__}.{attr}")
+                    found.append(f"{cls.__name__}.{attr}")
             except (OSError, TypeError):
                 continue
     return found

@@ -58,7 +58,7 @@ def _wrap(iterable: cst.BaseExpression) -> cst.BaseExpression:
     return _session_call("batches", [cst.Arg(iterable)])
 
 
-class BatchLoopTransformer(m.MatcherDecoratableTransformer):
+class BatchLoopTransformer(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (cst.metadata.PositionProvider,)
 
     def __init__(self, context: RewriteContext, facts: CodeFacts) -> None:

@@ -9,7 +9,7 @@ is returned as is, so a collate function that already returns device tensors cos
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import torch
@@ -69,8 +69,27 @@ def to_device(batch: T, device: torch.device, non_blocking: bool = False) -> T:
 
 
 def batch_size(batch: object) -> int:
-    """Samples in a batch: the leading dimension of its first tensor (0 when it has none)."""
-    for t in iter_tensors(batch):
-        if t.dim() > 0:
-            return int(t.shape[0])
+    """Samples in a batch: the leading dimension of its first tensor (0 when it has none).
+
+    Searched directly, not through `map_tensors`: it runs on every step and must not rebuild
+    the batch's containers.
+    """
+    if type(batch) is tuple or type(batch) is list:  # the common (inputs, targets) case, fast
+        first = batch[0] if batch else None
+        if type(first) is torch.Tensor and first.dim():
+            return int(first.shape[0])
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 0
+    if isinstance(batch, list | tuple):
+        items: Iterable[object] = batch
+    elif isinstance(batch, Mapping):
+        items = batch.values()
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        items = (getattr(batch, f.name) for f in dataclasses.fields(batch))
+    else:
+        return 0
+    for item in items:
+        size = batch_size(item)
+        if size:
+            return size
     return 0

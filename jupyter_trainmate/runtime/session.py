@@ -189,24 +189,23 @@ class TrainSession:
         return iter(iterable)
 
     def _iterate(self, source: Iterator[Any], remaining: int | None) -> Iterator[Any]:
-        timer = self.timer
-        first = True
+        # The per-step path: a plain for loop, bound methods in locals, no try/except per batch.
+        before, after, size = self.timer.before_fetch, self.timer.after_fetch, batch_size
+        track_last = remaining is not None and self.accumulate > 1
+        fetched = 0
         try:
-            while True:
-                timer.before_fetch()
-                try:
-                    batch = next(source)
-                except StopIteration:
-                    return
-                timer.after_fetch(batch_size(batch))
-                if first:
-                    self.epochs += 1  # counted at the first batch: an unused iter() is no epoch
-                    first = False
-                if remaining is not None:
-                    remaining -= 1
+            before()
+            for batch in source:
+                after(size(batch))
+                fetched += 1
+                if track_last:
+                    remaining -= 1  # type: ignore[operator]
                     self._last_batch = remaining == 0
                 yield batch
+                before()
         finally:
+            if fetched:
+                self.epochs += 1  # an iter() that fetched nothing (tqdm's spare one) is no epoch
             self._last_batch = False
             close = getattr(source, "close", None)
             if close is not None:
@@ -319,9 +318,10 @@ class TrainSession:
         return scheduler.step(*args, **kwargs)
 
     def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        steps = self._opt_steps
         key = id(optimizer)
-        self._opt_steps[key] = self._opt_steps.get(key, 0) + 1
-        if self.accumulate > 1 and len(self._opt_steps) > 1:
+        steps[key] = steps.get(key, 0) + 1
+        if self.accumulate > 1 and len(steps) > 1:
             raise TrainmateError(
                 "--accumulate works with one optimizer; this loop steps several (accumulate by hand)"
             )
