@@ -1,30 +1,67 @@
 """
 Train PyTorch models in Jupyter: fast, observable and clean enough to ship.
 
-## In a notebook
+## `%%train`: your loop, instrumented
 
 ```python
 %load_ext jupyter_trainmate
-%trainmate doctor          # the pre-flight checks, as a table
-%trainmate doctor --json   # the same as JSON
 ```
 
-## On the command line
+```python
+%%train
+for epoch in range(5):
+    for xb, yb in train_loader:
+        optimizer.zero_grad()
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+```
+
+The cell runs as written, with every batch timed (data wait against compute), mixed precision
+and device prefetching chosen for the device, and a summary at the end; `jupyter_trainmate.last_run()`
+returns it (steps, optimizer steps, epochs, samples, wall time, data-wait share, AMP mode, skipped
+steps, and what was instrumented or left alone and why).
+
+Options: `--amp auto|bf16|fp16|off` (auto: bf16 on GPUs that have it, fp16 with a GradScaler on
+older ones, off on the CPU), `--device auto|cpu|cuda|cuda:N|mps` (auto: where the model's
+parameters are), `--accumulate N` (N micro-batches per optimizer step, loss scaled, zero_grad and
+schedulers aligned to real steps), `--clip MAX_NORM`, `--prefetch auto|off|cuda|thread`, and
+`--show`, which prints the code that would run and what was instrumented, without running it.
+
+How it works: the cell is rewritten with libcst, inline so line numbers stay the user's. The
+innermost loop that calls `.backward()` over something other than a `range` gets its iterable
+wrapped (`enumerate` and `tqdm` stay outside); `backward()`, `step()`, `zero_grad()` and
+`clip_grad_norm_()` go through the run's session, which passes through anything that is not an
+optimizer, scheduler or module (`env.step(a)` stays `env.step(a)`). Notebook functions the cell
+calls (`train_epoch()` defined cells earlier) are rewritten for the cell's duration; methods of
+notebook classes are not, but a global optimizer hook still counts their steps, and autocast is
+on for the whole cell, so it reaches code the rewrite cannot see. Everything is undone when the
+cell ends, however it ends.
+
+Guarantees: on the CPU with the defaults, the same seed gives bit-identical weights with and
+without `%%train` (shuffling and dropout included). `--prefetch thread` overlaps data loading with
+compute on the CPU (0.98 of the overlap bound on an input-bound loop, BENCHMARKS.md) but is
+opt-in: a dataset that draws random numbers while the model does (dropout) would then draw them in
+another order. A cell that brings its own autocast or GradScaler gets none added; `--accumulate`
+is refused on a loop that already accumulates by hand.
+
+## `trainmate doctor`: the checks before a long run
 
 ```console
-$ trainmate doctor                 # Python, torch, CUDA, GPUs, TF32, pip check, /dev/shm, ...
+$ trainmate doctor                        # Python, torch, CUDA, GPUs, TF32, pip check, /dev/shm, ...
 $ trainmate doctor --json --data ./data   # ... plus file system, disk kind and read speed of ./data
 ```
 
-`trainmate doctor` exits with status 0 when no check fails. A machine with no GPU, or no NVIDIA
-driver, is a normal answer, not an error.
+Also `%trainmate doctor` in a notebook. Exit status 0 when no check fails. A machine with no GPU,
+or no NVIDIA driver, is a normal answer, not an error.
 
 ## In JupyterLab
 
 The package ships a prebuilt JupyterLab 4 extension (a sidebar panel) and a Jupyter server
 extension; installing the wheel enables both, with no Node.js needed.
 
-Importing this package is cheap: torch, tornado and the doctor are imported only when used, so
+Importing this package is cheap: torch, tornado and libcst are imported only when used, so
 `%load_ext jupyter_trainmate` does not slow a kernel's start.
 """
 

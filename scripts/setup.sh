@@ -29,6 +29,13 @@ else
   pip install --quiet "torch==${TORCH_VERSION:-2.13.0}" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
 fi
 
+# A previous set-up linked the venv's extension folder to jupyter_trainmate/labextension/: an
+# install through that link would write the venv's install.json into the source tree (and the
+# next wheel would then carry it twice). Unlink first; the link is made again below.
+LINKED="$VENV/share/jupyter/labextensions/jupyter-trainmate"
+[ -L "$LINKED" ] && rm "$LINKED"
+rm -f jupyter_trainmate/labextension/install.json
+
 # The editable install runs hatch-jupyter-builder, which runs `npm install` and builds the lab
 # extension into jupyter_trainmate/labextension/.
 say "installing jupyter_trainmate (editable) with its test and dev extras"

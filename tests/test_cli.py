@@ -45,7 +45,7 @@ def test_import_is_light() -> None:
     """`%load_ext jupyter_trainmate` must not drag torch or the server into a kernel's start."""
     code = (
         "import sys, jupyter_trainmate;"
-        "print(sorted(m for m in ('torch', 'tornado', 'jupyter_server') if m in sys.modules))"
+        "print(sorted(m for m in ('torch', 'tornado', 'jupyter_server', 'libcst') if m in sys.modules))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"

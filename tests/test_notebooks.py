@@ -38,6 +38,12 @@ def test_quickstart_trains_and_runs_doctor(tmp_path: Path) -> None:
     ]
     assert len(losses) == 5
     assert losses[-1] < losses[0]
+    # the %%train summary: 5 epochs of 56 batches of 64 samples
+    assert (
+        "trainmate: finished after 5 epoch(s), 280 steps (280 optimizer steps), 17,920 samples"
+        in text
+    )
+    assert "280 steps, 280 optimizer steps, 5 epochs" in text
 
 
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.name)
