@@ -267,3 +267,16 @@ def test_last_run_summary_fields() -> None:
     assert summary.skipped_steps == 0
     assert any("loss.backward()" in n for n in summary.instrumented)
     assert "16 steps (16 optimizer steps)" in summary.line()
+
+
+def test_accumulate_with_two_optimizers_is_refused() -> None:
+    cell = """
+opt2 = torch.optim.SGD(model.parameters(), lr=0.01)
+for xb, yb in loader:
+    opt.zero_grad()
+    loss_fn(model(xb), yb).backward()
+    opt.step()
+    opt2.step()
+"""
+    with pytest.raises(UsageError, match="--accumulate works with one optimizer"):
+        run([COMMON, cell], "--accumulate 2")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -116,7 +117,7 @@ class TrainSession:
         self._backwards = 0
         self._pending = 0  # backward() calls since the last real optimizer step
         self._last_batch = False
-        self._opt_steps: dict[int, int] = {}
+        self._opt_steps: defaultdict[int, int] = defaultdict(int)
         self._stepping: dict[int, torch.optim.Optimizer] = {}
         self._sched_last: dict[int, int] = {}
         self._unscaled: set[int] = set()
@@ -284,6 +285,10 @@ class TrainSession:
         self, optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         self._stepping.setdefault(id(optimizer), optimizer)
+        if self.accumulate > 1 and len(self._stepping) > 1:
+            raise TrainmateError(
+                "--accumulate works with one optimizer; this loop steps several (accumulate by hand)"
+            )
         if args or kwargs:  # a closure (LBFGS): it runs forward and backward itself
             return optimizer.step(*args, **kwargs)
         if self.accumulate > 1 and not self._at_boundary:
@@ -318,13 +323,9 @@ class TrainSession:
         return scheduler.step(*args, **kwargs)
 
     def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        steps = self._opt_steps
-        key = id(optimizer)
-        steps[key] = steps.get(key, 0) + 1
-        if self.accumulate > 1 and len(steps) > 1:
-            raise TrainmateError(
-                "--accumulate works with one optimizer; this loop steps several (accumulate by hand)"
-            )
+        # Runs after every real optimizer step anywhere (hooks reach code the rewrite cannot
+        # see): keep it to one dict update.
+        self._opt_steps[id(optimizer)] += 1
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
