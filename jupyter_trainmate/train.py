@@ -6,12 +6,11 @@ Kept apart from `magic.py` (argument parsing only) so the same path serves tests
 
 from __future__ import annotations
 
-import linecache
 import types
 from typing import Any
 
 from .errors import TrainmateError
-from .rewrite import SESSION, RewriteResult, rewrite_cell
+from .rewrite import SESSION, RewriteResult, RewrittenFunction, rewrite_cell
 from .runtime.options import TrainOptions
 from .runtime.session import TrainSession
 from .runtime.summary import Outcome, RunSummary
@@ -27,16 +26,19 @@ def show(result: RewriteResult) -> str:
     return "\n".join(parts)
 
 
-def _compile_function(
-    name: str, source: str, fn: types.FunctionType, index: int
-) -> types.FunctionType:
-    filename = f"<trainmate function {name} #{index}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+def _compile_function(fn: RewrittenFunction) -> types.FunctionType:
+    """Compile a rewritten notebook function under its own cell's file name and line numbers.
+
+    The rewrite is inline, so padding the source to its first line makes every line number the
+    original's, and a traceback through it shows the user's own cell and line.
+    """
+    original = fn.original.function
+    source = "\n" * (fn.original.first_line - 1) + fn.code
     scratch: dict[str, Any] = {}
-    exec(compile(source, filename, "exec"), fn.__globals__, scratch)
-    new = scratch[name]
+    exec(compile(source, original.__code__.co_filename, "exec"), original.__globals__, scratch)
+    new = scratch[fn.original.name]
     assert isinstance(new, types.FunctionType)
-    new.__defaults__, new.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
+    new.__defaults__, new.__kwdefaults__ = original.__defaults__, original.__kwdefaults__
     return new
 
 
@@ -76,8 +78,8 @@ def run_cell(
     swapped: dict[str, tuple[Any, Any]] = {}
     outcome: Outcome = "failed"
     try:
-        for index, (name, fn) in enumerate(result.functions.items()):
-            new = _compile_function(name, fn.code, fn.original.function, index)
+        for name, fn in result.functions.items():
+            new = _compile_function(fn)
             swapped[name] = (namespace.get(name), new)
             namespace[name] = new
         namespace[SESSION] = session

@@ -280,3 +280,24 @@ for xb, yb in loader:
 """
     with pytest.raises(UsageError, match="--accumulate works with one optimizer"):
         run([COMMON, cell], "--accumulate 2")
+
+
+def test_traceback_through_a_rewritten_function_names_its_cell_line() -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(
+        "x0 = 1\n\ndef step(xb, yb):\n    loss_fn(model(xb), yb).backward()\n    return 1 / 0\n"
+    ).raise_error()
+    filename = ip.user_ns["step"].__code__.co_filename
+    result = ip.run_cell("%%train\nfor xb, yb in loader:\n    step(xb, yb)\n")
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    tb = result.error_in_exec.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    assert tb is not None
+    assert (tb.tb_frame.f_code.co_filename, tb.tb_lineno) == (filename, 5)
+    summary = last_run()
+    assert summary is not None
+    assert any(
+        "function step line 4: loss_fn(model(xb), yb).backward()" in n for n in summary.instrumented
+    )
