@@ -6,6 +6,7 @@ Kept apart from `magic.py` (argument parsing only) so the same path serves tests
 
 from __future__ import annotations
 
+import contextlib
 import types
 from typing import Any
 
@@ -13,6 +14,7 @@ from .errors import TrainmateError
 from .rewrite import SESSION, RewriteResult, RewrittenFunction, rewrite_cell
 from .runtime.options import TrainOptions
 from .runtime.session import TrainSession
+from .runtime.status import StatusWriter, notebook_path
 from .runtime.summary import Outcome, RunSummary
 
 
@@ -40,6 +42,14 @@ def _compile_function(fn: RewrittenFunction) -> types.FunctionType:
     assert isinstance(new, types.FunctionType)
     new.__defaults__, new.__kwdefaults__ = original.__defaults__, original.__kwdefaults__
     return new
+
+
+def _run_name(result: RewriteResult) -> str:
+    """A short name for the run: the first batch loop it instruments, else the first call."""
+    for note in result.instrumented:
+        if note.what.startswith("batch loop over "):
+            return note.what.removeprefix("batch loop over ")
+    return result.instrumented[0].what if result.instrumented else "training cell"
 
 
 def run_cell(
@@ -77,6 +87,7 @@ def run_cell(
     code = compile(result.code, filename, "exec")
     swapped: dict[str, tuple[Any, Any]] = {}
     outcome: Outcome = "failed"
+    status: StatusWriter | None = None
     try:
         for name, fn in result.functions.items():
             new = _compile_function(fn)
@@ -84,12 +95,19 @@ def run_cell(
             namespace[name] = new
         namespace[SESSION] = session
         session.start()
+        status = StatusWriter(
+            session.progress, notebook=notebook_path(namespace), run_name=_run_name(result)
+        )
+        with contextlib.suppress(OSError):  # no runtime dir (read-only home): no sidebar entry
+            status.start()
         exec(code, namespace)
         outcome = "finished"
     except KeyboardInterrupt:
         outcome = "interrupted"
         raise
     finally:
+        if status is not None:
+            status.stop()
         namespace.pop(SESSION, None)
         for name, (original, ours) in swapped.items():
             if namespace.get(name) is ours:  # unless the cell itself redefined it

@@ -32,6 +32,7 @@ class Lab:
     url: str
     token: str
     root: Path
+    runtime: Path
 
     def lab_url(self, path: str = "lab") -> str:
         return f"{self.url}{path}?token={self.token}"
@@ -45,12 +46,14 @@ def _free_port() -> int:
 
 
 @contextmanager
-def running_lab(tmp: Path, timeout: float = 60.0) -> Iterator[Lab]:
+def running_lab(
+    tmp: Path, timeout: float = 60.0, env: dict[str, str] | None = None
+) -> Iterator[Lab]:
     root, runtime = tmp / "root", tmp / "runtime"
     root.mkdir()
     token = secrets.token_hex(16)
     port = _free_port()
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime)}
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), **(env or {})}
     cmd = [
         sys.executable, "-m", "jupyter", "lab", "--no-browser",
         "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
@@ -77,7 +80,7 @@ def running_lab(tmp: Path, timeout: float = 60.0) -> Iterator[Lab]:
                         f"JupyterLab did not start:\n{(tmp / 'lab.log').read_text()}"
                     ) from None
                 time.sleep(0.25)
-        yield Lab(url, token, root)
+        yield Lab(url, token, root, runtime)
     finally:
         proc.terminate()
         try:

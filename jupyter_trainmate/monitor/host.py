@@ -8,7 +8,11 @@ process may really use is in the cgroup. Both answers are given so advice can na
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # cgroup v1 writes "no limit" as a huge page-aligned number instead of "max".
@@ -58,3 +62,72 @@ def usable_cpus(root: Path = CGROUP_ROOT) -> int:
     if quota is not None:
         count = min(count, max(1, int(quota)))
     return max(1, count)
+
+
+@dataclass(frozen=True)
+class HostSample:
+    """The host as this process's container sees it."""
+
+    cpu_percent: float  # of the CPUs this container may use (cgroup quota), 0-100
+    cpus: int
+    memory_used_bytes: int
+    memory_total_bytes: int
+    limited_by_cgroup: bool
+
+
+def _cgroup_cpu_usage_s(root: Path) -> float | None:
+    """CPU seconds the cgroup has used (v2 cpu.stat usage_usec, v1 cpuacct.usage)."""
+    stat = _read(root / "cpu.stat")
+    if stat is not None:
+        for line in stat.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) / 1e6
+    v1 = _read(root / "cpuacct" / "cpuacct.usage")
+    return int(v1) / 1e9 if v1 else None
+
+
+def _cgroup_memory_used(root: Path) -> int | None:
+    v2 = _read(root / "memory.current")
+    if v2 is not None:
+        return int(v2)
+    v1 = _read(root / "memory" / "memory.usage_in_bytes")
+    return int(v1) if v1 else None
+
+
+class HostSource:
+    """CPU and memory use; inside a CPU or memory limit, relative to the limit, not the machine."""
+
+    def __init__(self, root: Path = CGROUP_ROOT) -> None:
+        self._root = root
+        self._quota = cgroup_cpu_limit(root)
+        self._memory_limit = cgroup_memory_limit(root)
+        self._last: tuple[float, float] | None = None
+        psutil.cpu_percent(interval=None)  # the first call only starts psutil's interval
+
+    def _cpu_percent(self) -> float:
+        if self._quota is not None:
+            used = _cgroup_cpu_usage_s(self._root)
+            if used is not None:
+                now = time.monotonic()
+                last, self._last = self._last, (now, used)
+                if last is None or now <= last[0]:
+                    return 0.0
+                return min(100.0, 100.0 * (used - last[1]) / ((now - last[0]) * self._quota))
+        return float(psutil.cpu_percent(interval=None))
+
+    def sample(self) -> HostSample:
+        vm = psutil.virtual_memory()
+        used, total = int(vm.total - vm.available), int(vm.total)
+        limited = False
+        if self._memory_limit is not None and self._memory_limit < vm.total:
+            cg_used = _cgroup_memory_used(self._root)
+            if cg_used is not None:
+                used, total, limited = cg_used, self._memory_limit, True
+        return HostSample(
+            cpu_percent=self._cpu_percent(),
+            cpus=usable_cpus(self._root),
+            memory_used_bytes=used,
+            memory_total_bytes=total,
+            limited_by_cgroup=limited or self._quota is not None,
+        )

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from . import GpuReport, GpuSample, MigSample
+
 
 @dataclass(frozen=True)
 class NvmlGpu:
@@ -80,3 +82,81 @@ def read_nvml() -> NvmlReport:
         cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
         gpus=tuple(gpus),
     )
+
+
+class NvmlSource:
+    """Samples every GPU (and its MIG devices) through NVML; initialises NVML once."""
+
+    def __init__(self) -> None:
+        self._nvml: Any = None
+        self._reason = ""
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+        except ImportError as exc:
+            self._reason = f"nvidia-ml-py is not installed ({exc})"
+        except Exception as exc:  # pynvml.NVMLError and its many subclasses
+            self._reason = f"NVML could not start: {exc} (no NVIDIA driver on this machine?)"
+
+    def sample(self) -> GpuReport:
+        nv = self._nvml
+        if nv is None:
+            return GpuReport(False, "nvml", self._reason)
+        try:
+            driver = _text(nv.nvmlSystemGetDriverVersion())
+            gpus = tuple(self._gpu(nv, i) for i in range(nv.nvmlDeviceGetCount()))
+        except nv.NVMLError as exc:
+            return GpuReport(False, "nvml", f"NVML query failed: {exc}")
+        if not gpus:
+            return GpuReport(False, "nvml", "NVML runs but reports no GPU", driver)
+        return GpuReport(True, "nvml", driver_version=driver, gpus=gpus)
+
+    @staticmethod
+    def _optional(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception:  # NVMLError_NotSupported on many boards, e.g. power on some GPUs
+            return None
+
+    def _gpu(self, nv: Any, index: int) -> GpuSample:
+        handle = nv.nvmlDeviceGetHandleByIndex(index)
+        memory = nv.nvmlDeviceGetMemoryInfo(handle)
+        util = self._optional(nv.nvmlDeviceGetUtilizationRates, handle)
+        temp = self._optional(nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU)
+        power = self._optional(nv.nvmlDeviceGetPowerUsage, handle)
+        limit = self._optional(nv.nvmlDeviceGetEnforcedPowerLimit, handle)
+        return GpuSample(
+            index=index,
+            name=_text(nv.nvmlDeviceGetName(handle)),
+            uuid=_text(nv.nvmlDeviceGetUUID(handle)),
+            utilization_pct=float(util.gpu) if util is not None else None,
+            memory_used_bytes=int(memory.used),
+            memory_total_bytes=int(memory.total),
+            temperature_c=float(temp) if temp is not None else None,
+            power_w=power / 1000.0 if power is not None else None,
+            power_limit_w=limit / 1000.0 if limit is not None else None,
+            mig=self._mig(nv, handle),
+        )
+
+    def _mig(self, nv: Any, handle: Any) -> tuple[MigSample, ...]:
+        mode = self._optional(nv.nvmlDeviceGetMigMode, handle)
+        if not mode or mode[0] != nv.NVML_DEVICE_MIG_ENABLE:
+            return ()
+        found = []
+        count = self._optional(nv.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
+        for i in range(count):
+            mig = self._optional(nv.nvmlDeviceGetMigDeviceHandleByIndex, handle, i)
+            if mig is None:
+                continue
+            memory = nv.nvmlDeviceGetMemoryInfo(mig)
+            found.append(
+                MigSample(i, _text(nv.nvmlDeviceGetName(mig)), int(memory.used), int(memory.total))
+            )
+        return tuple(found)
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            self._nvml.nvmlShutdown()
+            self._nvml = None

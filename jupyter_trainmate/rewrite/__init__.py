@@ -199,7 +199,7 @@ def _rewrite_cell(source: str, namespace: _RecordingNamespace | None) -> Rewrite
     functions = _reachable_functions(module, namespace) if namespace is not None else {}
     trainers = _trainers(functions)
     code, facts = rewrite_source(source, context, trainers)
-    result = RewriteResult(code, facts, notes=context.notes)
+    result = RewriteResult(code, facts, notes=context.sorted_notes())
     if namespace is not None:
         _, methods = called_names(module)
         for qualname in notebook_methods_with_backward(methods, namespace.type_of):
@@ -216,5 +216,5 @@ def _rewrite_cell(source: str, namespace: _RecordingNamespace | None) -> Rewrite
         new_source, fn_facts = rewrite_source(fn.source, fn_context, trainers)
         if any(n.kind == "instrumented" for n in fn_context.notes):
             result.functions[name] = RewrittenFunction(fn, new_source, fn_facts)
-            result.notes.extend(fn_context.notes)
+            result.notes.extend(fn_context.sorted_notes())
     return result

@@ -17,6 +17,7 @@ class Note:
     where: str  # "cell line 7" or "function train_epoch line 3"
     what: str
     reason: str = ""
+    line: int = 0  # for ordering: the line in the cell
 
     def __str__(self) -> str:
         text = f"{self.kind:12s} {self.where}: {self.what}"
@@ -35,7 +36,14 @@ class RewriteContext:
         return f"{self.origin} line {line + self.line_offset}"
 
     def instrumented(self, line: int, what: str, reason: str = "") -> None:
-        self.notes.append(Note("instrumented", self.where(line), what, reason))
+        self.notes.append(
+            Note("instrumented", self.where(line), what, reason, line + self.line_offset)
+        )
 
     def left_alone(self, line: int, what: str, reason: str) -> None:
-        self.notes.append(Note("left alone", self.where(line), what, reason))
+        self.notes.append(
+            Note("left alone", self.where(line), what, reason, line + self.line_offset)
+        )
+
+    def sorted_notes(self) -> list[Note]:
+        return sorted(self.notes, key=lambda note: note.line)

@@ -49,13 +49,13 @@ def _session_call(method: str, args: list[cst.Arg]) -> cst.Call:
     return cst.Call(func=cst.Attribute(value=cst.Name(SESSION), attr=cst.Name(method)), args=args)
 
 
-def _wrap(iterable: cst.BaseExpression) -> cst.BaseExpression:
+def _wrap(iterable: cst.BaseExpression, method: str = "batches") -> cst.BaseExpression:
     if _callee(iterable) in KEEP_OUTSIDE and isinstance(iterable, cst.Call) and iterable.args:
         first = iterable.args[0]
         if first.star == "":
-            inner = first.with_changes(value=_wrap(first.value))
+            inner = first.with_changes(value=_wrap(first.value, method))
             return iterable.with_changes(args=[inner, *iterable.args[1:]])
-    return _session_call("batches", [cst.Arg(iterable)])
+    return _session_call(method, [cst.Arg(iterable)])
 
 
 class BatchLoopTransformer(cst.CSTTransformer):
@@ -101,7 +101,18 @@ class BatchLoopTransformer(cst.CSTTransformer):
         wrapped = frame["wrapped_inside"]
         code = cst.Module([]).code_for_node(original_node.iter)
         line = self._line(original_node)
-        if original_node in self.facts.training_loops and not wrapped:
+        if (
+            original_node in self.facts.training_loops
+            and wrapped
+            and is_range_like(original_node.iter)
+        ):
+            # The loop around the batch loop counts epochs: the session learns how many for
+            # progress and ETA. Iterating it yields exactly what it yielded before.
+            if original_node.asynchronous is None and not frame.get("epochs_inside"):
+                self.context.instrumented(line, f"epoch loop over {code}", "progress and ETA")
+                updated_node = updated_node.with_changes(iter=_wrap(updated_node.iter, "epochs"))
+                frame["epochs_inside"] = True
+        elif original_node in self.facts.training_loops and not wrapped:
             if original_node.asynchronous is not None:
                 self.context.left_alone(line, f"async loop over {code}", "async iteration")
             elif is_range_like(original_node.iter):
@@ -118,6 +129,8 @@ class BatchLoopTransformer(cst.CSTTransformer):
                 wrapped = True
         if wrapped and self._frames:
             self._frames[-1]["wrapped_inside"] = True
+        if frame.get("epochs_inside") and self._frames:
+            self._frames[-1]["epochs_inside"] = True
         return updated_node
 
     def visit_While(self, node: cst.While) -> None:

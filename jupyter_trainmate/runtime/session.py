@@ -28,7 +28,7 @@ from .amp import AmpPolicy, resolve_amp
 from .batch import batch_size
 from .options import TrainOptions
 from .prefetch import CudaPrefetcher, ThreadPrefetcher
-from .summary import Outcome, RunSummary, _record
+from .summary import Outcome, RunProgress, RunSummary, _record
 from .timing import StepTimer
 
 
@@ -110,7 +110,13 @@ class TrainSession:
             raise TrainmateError(f"--prefetch cuda: the run is on {self.device}")
         self.accumulate = options.accumulate
         self.timer = StepTimer(self.device)
-        self.epochs = 0
+        self.epochs_seen = 0  # batch loops that fetched at least one batch
+        self.epochs_total: int | None = None  # from the epoch loop, when the rewrite found one
+        self.steps_per_epoch: int | None = None
+        self._epochs_base = 0
+        self._epoch_first_step = 0
+        self._in_epoch = False
+        self._last_loss: Any = None
         self.skipped_steps = 0
         self._instrumented = instrumented
         self._left_alone = left_alone
@@ -152,7 +158,7 @@ class TrainSession:
             steps=steps,
             optimizer_steps=sum(self._opt_steps.values()),
             optimizer_steps_by_optimizer=tuple(self._opt_steps.values()),
-            epochs=self.epochs,
+            epochs=self.epochs_seen,
             samples=totals.samples,
             wall_s=time.perf_counter() - self._started,
             data_wait_s=totals.data_s,
@@ -165,6 +171,41 @@ class TrainSession:
         _record(summary)
         return summary
 
+    def progress(self) -> RunProgress:
+        """A snapshot of where the run is, for the status file and the display (any thread)."""
+        totals = self.timer.totals
+        wall = time.perf_counter() - self._started
+        steps, per_epoch, epochs_total = totals.steps, self.steps_per_epoch, self.epochs_total
+        active = self._in_epoch
+        finished_epochs = self.epochs_seen - self._epochs_base
+        in_epoch = steps - self._epoch_first_step if active else 0
+        fraction = eta = None
+        if epochs_total and per_epoch:
+            total = epochs_total * per_epoch
+            done = min(total, finished_epochs * per_epoch + in_epoch)
+            fraction = done / total
+            if steps and wall > 0:
+                eta = (total - done) / (steps / wall)
+        loss = self._last_loss
+        return RunProgress(
+            steps=steps,
+            samples=totals.samples,
+            optimizer_steps=sum(self._opt_steps.values()),
+            epoch=finished_epochs + (1 if active else 0),
+            epochs_total=epochs_total,
+            step_in_epoch=in_epoch,
+            steps_per_epoch=per_epoch,
+            fraction=fraction,
+            eta_s=eta,
+            wall_s=wall,
+            samples_per_s=totals.samples / wall if wall > 0 else 0.0,
+            steps_per_s=steps / wall if wall > 0 else 0.0,
+            data_wait_share=totals.data_share,
+            last_loss=float(loss.detach().float()) if loss is not None else None,
+            device=str(self.device),
+            amp=self.amp.mode,
+        )
+
     @property
     def prefetch_mode(self) -> str:
         mode = self.options.prefetch
@@ -176,6 +217,15 @@ class TrainSession:
 
     def batches(self, iterable: Iterable[Any]) -> _Batches:
         return _Batches(self, iterable)
+
+    def epochs(self, iterable: Iterable[Any]) -> Iterable[Any]:
+        """The epoch loop's iterable, returned as is: the session only learns its length."""
+        try:
+            self.epochs_total = len(iterable)  # type: ignore[arg-type]
+        except TypeError:
+            self.epochs_total = None
+        self._epochs_base = self.epochs_seen
+        return iterable
 
     def _source(self, iterable: Iterable[Any]) -> Iterator[Any]:
         mode = self.prefetch_mode
@@ -193,6 +243,9 @@ class TrainSession:
         # The per-step path: a plain for loop, bound methods in locals, no try/except per batch.
         before, after, size = self.timer.before_fetch, self.timer.after_fetch, batch_size
         track_last = remaining is not None and self.accumulate > 1
+        self.steps_per_epoch = remaining
+        self._epoch_first_step = self.timer.totals.steps
+        self._in_epoch = True
         fetched = 0
         try:
             before()
@@ -206,7 +259,8 @@ class TrainSession:
                 before()
         finally:
             if fetched:
-                self.epochs += 1  # an iter() that fetched nothing (tqdm's spare one) is no epoch
+                self.epochs_seen += 1  # an iter() that fetched nothing (tqdm's spare one): no epoch
+            self._in_epoch = False
             self._last_batch = False
             close = getattr(source, "close", None)
             if close is not None:
@@ -223,6 +277,7 @@ class TrainSession:
     def backward(self, loss: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(loss, torch.Tensor):  # torch.autograd.backward(...) and the like
             return loss.backward(*args, **kwargs)
+        self._last_loss = loss  # read (and synchronised) only by the status writer, 1/s
         if self._update_pending and self.scaler is not None:
             # Once per iteration, before the next scale(): every optimizer stepped with one scale.
             self.scaler.update()

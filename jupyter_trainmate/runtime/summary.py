@@ -50,6 +50,28 @@ class RunSummary:
         )
 
 
+@dataclass(frozen=True)
+class RunProgress:
+    """Where a run in progress is: what the status file, the sidebar and the widget show."""
+
+    steps: int
+    samples: int
+    optimizer_steps: int
+    epoch: int  # 1-based epoch in progress (or the last finished one)
+    epochs_total: int | None
+    step_in_epoch: int
+    steps_per_epoch: int | None
+    fraction: float | None  # 0..1 when the epoch loop and the loader have lengths
+    eta_s: float | None
+    wall_s: float
+    samples_per_s: float
+    steps_per_s: float
+    data_wait_share: float
+    last_loss: float | None
+    device: str
+    amp: str
+
+
 _last: RunSummary | None = None
 
 

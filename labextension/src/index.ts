@@ -24,10 +24,19 @@ const plugin: JupyterFrontEndPlugin<void> = {
   autoStart: true,
   requires: [ILabShell],
   activate: (app: JupyterFrontEnd, shell: ILabShell): void => {
-    const panel = new TrainmatePanel();
+    const panel = new TrainmatePanel(path => {
+      void app.commands.execute('docmanager:open', { path });
+    });
     panel.title.icon = trainmateIcon;
     shell.add(panel, 'right', { rank: 600 });
-    void app.restored.then(() => panel.refresh());
+    // Stop polling while the browser tab itself is hidden, too.
+    document.addEventListener('visibilitychange', () => {
+      if (document.hidden) {
+        panel.poller.pause();
+      } else if (panel.isVisible) {
+        panel.poller.start();
+      }
+    });
   }
 };
 

@@ -1,0 +1,101 @@
+"""
+Status files of runs in progress, for the sidebar: one small JSON file per run, rewritten about
+once a second by a background thread, atomically (temporary file, then `os.replace`), under
+Jupyter's runtime directory. The server lists them; a file whose process is gone is stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from .summary import RunProgress
+
+STATUS_SUBDIR = "trainmate-runs"
+
+
+def status_dir(runtime_dir: str | None = None) -> Path:
+    """`<jupyter runtime dir>/trainmate-runs`: shared by kernels and the server of one user."""
+    if runtime_dir is None:
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        runtime_dir = jupyter_runtime_dir()
+    return Path(runtime_dir) / STATUS_SUBDIR
+
+
+def notebook_path(namespace: Mapping[str, object]) -> str | None:
+    """The notebook a kernel runs, as the Jupyter server told it (None in a plain IPython)."""
+    path = os.environ.get("JPY_SESSION_NAME") or namespace.get("__session__")
+    return str(path) if path else None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` so a reader sees the old file or the new one, never half of one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        Path(tmp).replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+
+
+class StatusWriter:
+    """Rewrites one run's status file every `interval` seconds until stopped, then removes it."""
+
+    def __init__(
+        self,
+        progress: Callable[[], RunProgress],
+        *,
+        notebook: str | None,
+        run_name: str,
+        directory: Path | None = None,
+        interval: float = 1.0,
+    ) -> None:
+        self._progress = progress
+        self._interval = interval
+        me = psutil.Process()
+        self._identity: dict[str, Any] = {
+            "pid": me.pid,
+            "pid_started": me.create_time(),  # with the pid: a reused pid is not this run
+            "notebook": notebook,
+            "run_name": run_name,
+            "started": time.time(),
+        }
+        self.directory = directory or status_dir()
+        self.path = self.directory / f"{me.pid}-{int(self._identity['started'] * 1000)}.json"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="trainmate-status", daemon=True)
+
+    def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.write()
+        self._thread.start()
+
+    def write(self) -> None:
+        record = {**self._identity, **asdict(self._progress()), "updated": time.time()}
+        write_atomically(self.path, json.dumps(record))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            with contextlib.suppress(Exception):  # a status file must never break training
+                self.write()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
