@@ -45,10 +45,9 @@ def _compile_function(fn: RewrittenFunction) -> types.FunctionType:
 
 
 def _run_name(result: RewriteResult) -> str:
-    """A short name for the run: the first batch loop it instruments, else the first call."""
-    for note in result.instrumented:
-        if note.what.startswith("batch loop over "):
-            return note.what.removeprefix("batch loop over ")
+    """A short name for the run: what its first batch loop iterates, else the first thing seen."""
+    if result.batch_sources:
+        return result.batch_sources[0]
     return result.instrumented[0].what if result.instrumented else "training cell"
 
 

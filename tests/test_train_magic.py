@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 from IPython.core.error import UsageError
@@ -301,3 +304,43 @@ def test_traceback_through_a_rewritten_function_names_its_cell_line() -> None:
     assert any(
         "function step line 4: loss_fn(model(xb), yb).backward()" in n for n in summary.instrumented
     )
+
+
+def test_progress_and_status_file_while_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setenv("JPY_SESSION_NAME", "/work/notebooks/train.ipynb")
+    cell = """
+import json, os, pathlib
+for epoch in range(2):
+    for i, (xb, yb) in enumerate(loader):
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        opt.step()
+        if epoch == 1 and i == 3:
+            progress = __trainmate__.progress()
+            runs = pathlib.Path(os.environ["JUPYTER_RUNTIME_DIR"]) / "trainmate-runs"
+            status = [json.loads(p.read_text()) for p in runs.glob("*.json")]
+"""
+    ip = run([COMMON, cell], "")
+    progress = ip.user_ns["progress"]
+    assert (progress.epoch, progress.epochs_total) == (2, 2)
+    assert (progress.step_in_epoch, progress.steps_per_epoch, progress.steps) == (4, 8, 12)
+    assert progress.fraction == pytest.approx(12 / 16)
+    assert progress.eta_s is not None
+    assert progress.eta_s > 0
+    assert progress.last_loss is not None
+    (status,) = ip.user_ns["status"]
+    assert status["pid"] == os.getpid()
+    assert status["notebook"] == "/work/notebooks/train.ipynb"
+    assert status["run_name"] == "loader"
+    assert {
+        "steps",
+        "fraction",
+        "eta_s",
+        "samples_per_s",
+        "data_wait_share",
+        "updated",
+    } <= status.keys()
+    assert not list((tmp_path / "trainmate-runs").glob("*"))  # removed when the run ended

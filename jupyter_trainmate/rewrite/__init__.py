@@ -58,6 +58,7 @@ class RewriteResult:
     facts: CodeFacts
     functions: dict[str, RewrittenFunction] = field(default_factory=dict)
     notes: list[Note] = field(default_factory=list)
+    batch_sources: list[str] = field(default_factory=list)
 
     @property
     def instrumented(self) -> list[Note]:
@@ -199,7 +200,9 @@ def _rewrite_cell(source: str, namespace: _RecordingNamespace | None) -> Rewrite
     functions = _reachable_functions(module, namespace) if namespace is not None else {}
     trainers = _trainers(functions)
     code, facts = rewrite_source(source, context, trainers)
-    result = RewriteResult(code, facts, notes=context.sorted_notes())
+    result = RewriteResult(
+        code, facts, notes=context.sorted_notes(), batch_sources=context.batch_sources
+    )
     if namespace is not None:
         _, methods = called_names(module)
         for qualname in notebook_methods_with_backward(methods, namespace.type_of):
@@ -217,4 +220,5 @@ def _rewrite_cell(source: str, namespace: _RecordingNamespace | None) -> Rewrite
         if any(n.kind == "instrumented" for n in fn_context.notes):
             result.functions[name] = RewrittenFunction(fn, new_source, fn_facts)
             result.notes.extend(fn_context.sorted_notes())
+            result.batch_sources.extend(fn_context.batch_sources)
     return result

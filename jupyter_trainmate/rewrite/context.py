@@ -31,6 +31,7 @@ class RewriteContext:
     origin: str = "cell"  # "cell" or "function NAME"
     line_offset: int = 0  # a function's first line in its cell, so notes name the cell's lines
     notes: list[Note] = field(default_factory=list)
+    batch_sources: list[str] = field(default_factory=list)  # the loaders the batch loops iterate
 
     def where(self, line: int) -> str:
         return f"{self.origin} line {line + self.line_offset}"

@@ -45,6 +45,18 @@ def is_range_like(node: cst.BaseExpression) -> bool:
     return False
 
 
+def _innermost(iterable: cst.BaseExpression) -> cst.BaseExpression:
+    """What `_wrap` wraps: the first argument through enumerate()/tqdm()."""
+    if (
+        _callee(iterable) in KEEP_OUTSIDE
+        and isinstance(iterable, cst.Call)
+        and iterable.args
+        and iterable.args[0].star == ""
+    ):
+        return _innermost(iterable.args[0].value)
+    return iterable
+
+
 def _session_call(method: str, args: list[cst.Arg]) -> cst.Call:
     return cst.Call(func=cst.Attribute(value=cst.Name(SESSION), attr=cst.Name(method)), args=args)
 
@@ -124,6 +136,9 @@ class BatchLoopTransformer(cst.CSTTransformer):
             else:
                 self.context.instrumented(
                     line, f"batch loop over {code}", "timed; prefetched per --prefetch"
+                )
+                self.context.batch_sources.append(
+                    cst.Module([]).code_for_node(_innermost(original_node.iter))
                 )
                 updated_node = updated_node.with_changes(iter=_wrap(updated_node.iter))
                 wrapped = True
