@@ -174,3 +174,31 @@ def test_sidebar_draws_gpu_cards_from_the_fake_source(tmp_path: Path) -> None:
         page.locator(".jp-TrainmatePanel-sparkline polyline").first.wait_for(state="attached")
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / "sidebar-gpus-fake.png"))
+
+        # A failing server is a state in the panel, and the last good numbers stay.
+        page.route(
+            "**/trainmate/api/metrics*", lambda route: route.fulfill(status=500, body="boom")
+        )
+        page.wait_for_function(
+            "() => document.querySelector('.jp-TrainmatePanel-status').dataset.state === 'error'",
+            timeout=15_000,
+        )
+        assert "Metrics unavailable" in page.locator(".jp-TrainmatePanel-status").inner_text()
+        assert "retrying in" in page.locator(".jp-TrainmatePanel-status").inner_text()
+        assert cards.count() == 2
+        page.unroute("**/trainmate/api/metrics*")
+
+        # Hidden panel: no polling.
+        polls: list[str] = []
+        page.on(
+            "request", lambda r: polls.append(r.url) if "trainmate/api/metrics" in r.url else None
+        )
+        page.locator(PANEL_TAB).click()  # collapse the sidebar
+        page.locator(".jp-TrainmatePanel").wait_for(state="hidden")
+        page.wait_for_timeout(1000)
+        polls.clear()
+        page.wait_for_timeout(6000)  # three poll intervals
+        assert polls == []
+        page.locator(PANEL_TAB).click()  # shown again: polling resumes
+        page.wait_for_timeout(3000)
+        assert polls
