@@ -72,11 +72,22 @@ from typing import TYPE_CHECKING
 from ._version import __version__
 from .runtime.summary import RunSummary, last_run
 
+
+def log(**values: float) -> None:
+    """Report metrics from a `%%train` cell: `jupyter_trainmate.log(val_loss=0.31, acc=0.9)`.
+
+    They feed the live chart and the run's summary (`last_run().metrics`). Outside a run, nothing.
+    """
+    from .runtime.session import log as _log
+
+    _log(**values)
+
+
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
     from jupyter_server.serverapp import ServerApp
 
-__all__ = ["RunSummary", "__version__", "last_run", "load_ipython_extension"]
+__all__ = ["RunSummary", "__version__", "last_run", "load_ipython_extension", "log"]
 
 
 def load_ipython_extension(ip: InteractiveShell) -> None:

@@ -64,6 +64,7 @@ class TrainmateMagics(Magics):
     @argument(
         "--prefetch", default="auto", help="auto|off|cuda|thread (thread is opt-in: see docs)"
     )
+    @argument("--display", default="auto", help="auto|widget|text|off (auto: widget in a notebook)")
     @argument(
         "--show", action="store_true", help="print the code that would run, and do not run it"
     )
@@ -84,6 +85,7 @@ class TrainmateMagics(Magics):
                 clip=args.clip,
                 prefetch=args.prefetch,
                 show=args.show,
+                display=args.display,
             )
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None
@@ -100,7 +102,6 @@ class TrainmateMagics(Magics):
             print(show(result))
             return
         try:
-            summary = run_cell(source, filename, options, ip.user_ns, result)
+            run_cell(source, filename, options, ip.user_ns, result)
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None
-        print(summary.line())

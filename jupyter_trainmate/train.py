@@ -10,6 +10,7 @@ import contextlib
 import types
 from typing import Any
 
+from .display.live import LiveDisplay
 from .errors import TrainmateError
 from .rewrite import SESSION, RewriteResult, RewrittenFunction, rewrite_cell
 from .runtime.options import TrainOptions
@@ -87,6 +88,7 @@ def run_cell(
     swapped: dict[str, tuple[Any, Any]] = {}
     outcome: Outcome = "failed"
     status: StatusWriter | None = None
+    live: LiveDisplay | None = None
     try:
         for name, fn in result.functions.items():
             new = _compile_function(fn)
@@ -99,6 +101,10 @@ def run_cell(
         )
         with contextlib.suppress(OSError):  # no runtime dir (read-only home): no sidebar entry
             status.start()
+        live = LiveDisplay(
+            session, options.display, f"%%train {_run_name(result)}", facts.item_lines
+        )
+        live.start()
         exec(code, namespace)
         outcome = "finished"
     except KeyboardInterrupt:
@@ -112,4 +118,6 @@ def run_cell(
             if namespace.get(name) is ours:  # unless the cell itself redefined it
                 namespace[name] = original
         summary = session.close(outcome)
+        if live is not None:
+            live.finish(summary)
     return summary

@@ -14,21 +14,31 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 def outputs_text(nb: nbformat.NotebookNode) -> str:
-    return "".join(
-        str(output.get("text", ""))
-        for cell in nb.cells
-        if cell.cell_type == "code"
-        for output in cell.get("outputs", [])
-    )
+    parts = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            parts.append(str(output.get("text", "")))
+            parts.append(str(output.get("data", {}).get("text/plain", "")))
+    return "\n".join(parts)
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory: pytest.TempPathFactory) -> nbformat.NotebookNode:
+    nb = nbformat.read(NOTEBOOKS / "quickstart.ipynb", as_version=4)
+    path = tmp_path_factory.mktemp("quickstart")
+    NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        store_widget_state=True,
+        resources={"metadata": {"path": str(path)}},
+    ).execute()
+    return nb
 
 
 @pytest.mark.slow
-def test_quickstart_trains_and_runs_doctor(tmp_path: Path) -> None:
-    nb = nbformat.read(NOTEBOOKS / "quickstart.ipynb", as_version=4)
-    NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
-    text = outputs_text(nb)
+def test_quickstart_trains_and_runs_doctor(quickstart: nbformat.NotebookNode) -> None:
+    text = outputs_text(quickstart)
     assert f"{torch.__version__} (CPU build)" in text or f"{torch.__version__} (CUDA" in text
     assert "no check failed" in text or "some checks FAILED" in text
     losses = [
@@ -36,14 +46,40 @@ def test_quickstart_trains_and_runs_doctor(tmp_path: Path) -> None:
         for line in text.splitlines()
         if line.startswith("epoch ")
     ]
-    assert len(losses) == 5
+    assert len(losses) == 10
     assert losses[-1] < losses[0]
-    # the %%train summary: 5 epochs of 56 batches of 64 samples
+    # the %%train summary: 10 epochs of 112 batches of 64 samples
     assert (
-        "trainmate: finished after 5 epoch(s), 280 steps (280 optimizer steps), 17,920 samples"
+        "trainmate: finished after 10 epoch(s), 1,120 steps (1,120 optimizer steps), 71,680 samples"
         in text
     )
-    assert "280 steps, 280 optimizer steps, 5 epochs" in text
+    assert "1120 steps, 1120 optimizer steps, 10 epochs" in text
+
+
+@pytest.mark.slow
+def test_saved_quickstart_keeps_the_widget_state_and_a_readable_summary(
+    quickstart: nbformat.NotebookNode,
+) -> None:
+    state = quickstart.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    models = [m["state"] for m in state.values()]
+    bars = [m for m in models if m.get("_model_name") == "FloatProgressModel"]
+    assert [b["value"] for b in bars] == [1.0]
+    assert bars[0]["bar_style"] == "success"
+    html_values = [m.get("value", "") for m in models if m.get("_model_name") == "HTMLModel"]
+    assert any(
+        "<svg" in v and 'data-series="loss"' in v and 'data-series="val_accuracy"' in v
+        for v in html_values
+    )
+    assert any("epoch 10/10" in v for v in html_values)
+    (train_cell,) = [
+        c for c in quickstart.cells if c.cell_type == "code" and c.source.startswith("%%train")
+    ]
+    displays = [o for o in train_cell.outputs if o.output_type == "display_data"]
+    assert "application/vnd.jupyter.widget-view+json" in displays[0]["data"]
+    final = displays[-1]["data"]
+    assert final["text/plain"].startswith("trainmate: finished after 10 epoch(s)")
+    assert "<svg" in final["text/html"]
+    assert "100% | epoch 10/10" in final["text/html"]
 
 
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.name)

@@ -76,6 +76,8 @@ class RewriteResult:
             facts.own_autocast |= fn.facts.own_autocast
             facts.own_scaler |= fn.facts.own_scaler
             facts.autograd_grad |= fn.facts.autograd_grad
+            offset = fn.original.first_line - 1
+            facts.item_lines = (*facts.item_lines, *(n + offset for n in fn.facts.item_lines))
             line = fn.facts.manual_accumulation_line
             if facts.manual_accumulation_line is None and line is not None:
                 facts.manual_accumulation_line = line + fn.original.first_line - 1

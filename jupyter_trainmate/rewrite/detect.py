@@ -30,6 +30,7 @@ class CodeFacts:
     own_scaler: bool = False
     manual_accumulation_line: int | None = None
     autograd_grad: bool = False
+    item_lines: tuple[int, ...] = ()  # `.item()` calls inside training loops (host syncs)
 
     @property
     def own_amp(self) -> bool:
@@ -43,6 +44,8 @@ class _FactsVisitor(cst.CSTVisitor):
         super().__init__()
         self.facts = CodeFacts()
         self._trainers = trainers
+        self._items: list[tuple[int, cst.CSTNode]] = []  # (line, innermost loop)
+        self._step_loops: set[cst.CSTNode] = set()  # innermost loops around a backward()
         self._loops: list[cst.CSTNode] = []
         self._saved: list[list[cst.CSTNode]] = []
 
@@ -96,11 +99,18 @@ class _FactsVisitor(cst.CSTVisitor):
         self._comprehension(node)
 
     def visit_Call(self, node: cst.Call) -> None:
+        if self._loops and m.matches(node, m.Call(func=m.Attribute(attr=m.Name("item")))):
+            pos = self.get_metadata(cst.metadata.PositionProvider, node)
+            self._items.append((pos.start.line, self._loops[-1]))
+        trains = m.matches(node, BACKWARD) or (
+            isinstance(node.func, cst.Name) and node.func.value in self._trainers
+        )
         if m.matches(node, BACKWARD):
             self.facts.backward_calls += 1
+        if trains:
             self.facts.training_loops.update(self._loops)
-        elif isinstance(node.func, cst.Name) and node.func.value in self._trainers:
-            self.facts.training_loops.update(self._loops)
+            if self._loops:
+                self._step_loops.add(self._loops[-1])
         if m.matches(node.func, m.Attribute(value=m.Name("autograd"), attr=m.Name("grad"))):
             self.facts.autograd_grad = True
 
@@ -128,4 +138,8 @@ def read_facts(wrapper: cst.MetadataWrapper, trainers: frozenset[str] = frozense
     """Read `wrapper`'s code; calls to the notebook functions named in `trainers` count as training."""
     visitor = _FactsVisitor(trainers)
     wrapper.visit(visitor)
-    return visitor.facts
+    facts = visitor.facts
+    # Per-step .item() calls: in the same innermost loop as a backward() (not once per epoch).
+    steps = visitor._step_loops
+    facts.item_lines = tuple(sorted({line for line, loop in visitor._items if loop in steps}))
+    return facts

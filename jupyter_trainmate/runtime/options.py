@@ -12,11 +12,12 @@ from .amp import AMP_MODES
 
 PrefetchMode = Literal["auto", "off", "cuda", "thread"]
 PREFETCH_MODES: tuple[PrefetchMode, ...] = ("auto", "off", "cuda", "thread")
+DISPLAY_MODES = ("auto", "widget", "text", "off")
 
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """`%%train [--amp] [--device] [--accumulate] [--clip] [--prefetch] [--show]`."""
+    """`%%train [--amp] [--device] [--accumulate] [--clip] [--prefetch] [--display] [--show]`."""
 
     amp: str = "auto"
     device: str = "auto"
@@ -24,6 +25,7 @@ class TrainOptions:
     clip: float | None = None
     prefetch: str = "auto"
     show: bool = False
+    display: str = "auto"
 
     def __post_init__(self) -> None:
         if self.amp not in AMP_MODES:
@@ -31,6 +33,10 @@ class TrainOptions:
         if self.prefetch not in PREFETCH_MODES:
             raise TrainmateError(
                 f"--prefetch {self.prefetch}: choose one of {', '.join(PREFETCH_MODES)}"
+            )
+        if self.display not in DISPLAY_MODES:
+            raise TrainmateError(
+                f"--display {self.display}: choose one of {', '.join(DISPLAY_MODES)}"
             )
         if self.accumulate < 1:
             raise TrainmateError(f"--accumulate {self.accumulate}: must be 1 or more")

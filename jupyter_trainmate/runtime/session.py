@@ -26,6 +26,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from ..errors import TrainmateError
 from .amp import AmpPolicy, resolve_amp
 from .batch import batch_size
+from .loader import LoaderInfo, loader_info
 from .options import TrainOptions
 from .prefetch import CudaPrefetcher, ThreadPrefetcher
 from .summary import Outcome, RunProgress, RunSummary, _record
@@ -63,6 +64,8 @@ class _Batches:
         return len(self._iterable)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Any]:
+        if self._session.loader_info is None:
+            self._session.loader_info = loader_info(self._iterable)
         try:
             remaining: int | None = len(self._iterable)  # type: ignore[arg-type]
         except TypeError:
@@ -117,6 +120,9 @@ class TrainSession:
         self._epoch_first_step = 0
         self._in_epoch = False
         self._last_loss: Any = None
+        self.loader_info: LoaderInfo | None = None
+        self.on_log: list[Callable[[int, dict[str, float]], None]] = []
+        self.logged: dict[str, float] = {}
         self.skipped_steps = 0
         self._instrumented = instrumented
         self._left_alone = left_alone
@@ -133,7 +139,17 @@ class TrainSession:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
+    def log(self, values: dict[str, float]) -> None:
+        """Metrics the cell reports with `jupyter_trainmate.log(name=value)`."""
+        self.logged.update(values)
+        step = self.timer.totals.steps
+        for listener in self.on_log:
+            listener(step, values)
+
     def start(self) -> None:
+        global _active
+        _active = self
+        self._exit.callback(_deactivate, self)
         self._started = time.perf_counter()
         handle = register_optimizer_step_post_hook(self._on_optimizer_step)
         self._exit.callback(handle.remove)
@@ -165,6 +181,7 @@ class TrainSession:
             compute_s=totals.compute_s,
             data_wait_share=totals.data_share,
             skipped_steps=self.skipped_steps,
+            metrics=dict(self.logged),
             instrumented=self._instrumented,
             left_alone=self._left_alone,
         )
@@ -381,6 +398,28 @@ class TrainSession:
         # Runs after every real optimizer step anywhere (hooks reach code the rewrite cannot
         # see): keep it to one dict update.
         self._opt_steps[id(optimizer)] += 1
+
+
+_active: TrainSession | None = None
+
+
+def _deactivate(session: TrainSession) -> None:
+    global _active
+    if _active is session:
+        _active = None
+
+
+def log(**values: Any) -> None:
+    """Report metrics from a `%%train` cell: `jupyter_trainmate.log(val_loss=0.31, acc=0.9)`.
+
+    They go to the live chart and the run's summary. Values may be numbers or 0-d tensors (a
+    tensor is read once here, which waits for the GPU: log at most once every few steps). Outside
+    a `%%train` run it does nothing.
+    """
+    session = _active
+    if session is None:
+        return
+    session.log({name: float(value) for name, value in values.items()})
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:

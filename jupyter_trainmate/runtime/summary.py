@@ -28,6 +28,7 @@ class RunSummary:
     compute_s: float
     data_wait_share: float
     skipped_steps: int
+    metrics: dict[str, float] = field(default_factory=dict)  # last value of each logged metric
     instrumented: tuple[str, ...] = field(default=())
     left_alone: tuple[str, ...] = field(default=())
 

@@ -1,0 +1,124 @@
+"""
+The live display of a `%%train` run: a thread that, a few times a second, reads the session's
+progress and the sampler's latest device reading into the `RunState` and redraws the view.
+
+Nothing runs on the training thread: the loop pays for none of this (see BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+from ..monitor.host import usable_cpus
+from ..monitor.nvml import NvmlSource
+from ..monitor.sampler import Sampler
+from ..runtime.summary import RunSummary
+from .advice import Advice, Measurements, advise
+from .state import GiB, RunState, Snapshot
+from .views import TextView, View, WidgetView, widgets_available
+
+if TYPE_CHECKING:
+    from ..runtime.session import TrainSession
+
+DisplayMode = Literal["auto", "widget", "text", "off"]
+
+
+class LiveDisplay:
+    def __init__(
+        self,
+        session: TrainSession,
+        mode: str = "auto",
+        title: str = "%%train",
+        item_lines: tuple[int, ...] = (),
+    ) -> None:
+        self.session = session
+        self.state = RunState()
+        self.item_lines = item_lines
+        self.sampler = Sampler(NvmlSource())
+        if mode == "auto":
+            mode = "widget" if widgets_available() else "text"
+        self.view: View | None = None
+        if mode == "widget":
+            self.view = WidgetView(title)
+        elif mode == "text":
+            self.view = TextView(title)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="trainmate-display", daemon=True)
+        session.on_log.append(self._on_log)
+
+    def start(self) -> None:
+        self.sampler.start()
+        if self.view is not None:
+            self._thread.start()
+
+    def _on_log(self, step: int, values: dict[str, float]) -> None:
+        self.state.log(step, values)
+
+    def measurements(self) -> Measurements:
+        s = self.session
+        progress = self.state.progress
+        gpu_util = self.state.gpu_util.ys
+        device = self.state.device
+        total_gib = None
+        if device is not None and device.gpu.available and device.gpu.gpus:
+            total_gib = device.gpu.gpus[0].memory_total_bytes / GiB
+        return Measurements(
+            device_type=s.device.type,
+            steps=progress.steps if progress else 0,
+            data_wait_share=progress.data_wait_share if progress else 0.0,
+            gpu_util_pct=sum(gpu_util) / len(gpu_util) if gpu_util else None,
+            gpu_memory_used_fraction=self.state.gpu_memory_fraction,
+            gpu_memory_total_gib=total_gib,
+            bf16_capable=s.device.type == "cuda" and torch.cuda.is_bf16_supported(),
+            amp=s.amp.mode,
+            skipped_steps=s.skipped_steps,
+            optimizer_steps=progress.optimizer_steps if progress else 0,
+            cpus=usable_cpus(),
+            loader=s.loader_info,
+            prefetch=s.prefetch_mode,
+            item_lines=self.item_lines,
+        )
+
+    def snapshot(self, summary: RunSummary | None = None) -> Snapshot:
+        s = self.session
+        scale = None
+        if s.scaler is not None:
+            with contextlib.suppress(Exception):
+                scale = float(s.scaler.get_scale())
+        advice: tuple[Advice, ...] = tuple(advise(self.measurements()))
+        return self.state.snapshot(
+            amp=s.amp.mode,
+            loss_scale=scale,
+            skipped_steps=s.skipped_steps,
+            advice=advice,
+            summary=summary,
+        )
+
+    def _refresh(self) -> None:
+        self.state.observe(self.session.progress(), self.sampler.latest)
+
+    def _loop(self) -> None:
+        assert self.view is not None
+        while not self._stop.wait(self.view.interval):
+            with contextlib.suppress(Exception):  # a drawing error must never stop training
+                self._refresh()
+                self.view.update(self.snapshot())
+
+    def finish(self, summary: RunSummary) -> Snapshot:
+        """Stop the threads and draw the final state (it stays in the saved notebook)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self.sampler.stop()
+        with contextlib.suppress(Exception):
+            self._refresh()
+        snap = self.snapshot(summary)
+        if self.view is not None:
+            self.view.finish(snap)
+        else:  # --display off: the summary line only
+            print(summary.line(), flush=True)
+        return snap
