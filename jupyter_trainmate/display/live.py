@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -18,6 +19,7 @@ from ..monitor.nvml import NvmlSource
 from ..monitor.sampler import Sampler
 from ..runtime.summary import RunSummary
 from .advice import Advice, Measurements, advise
+from .history import Throttle
 from .state import GiB, RunState, Snapshot
 from .views import TextView, View, WidgetView, widgets_available
 
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from ..runtime.session import TrainSession
 
 DisplayMode = Literal["auto", "widget", "text", "off"]
+REFRESH_S = 0.25
 
 
 class LiveDisplay:
@@ -102,11 +105,16 @@ class LiveDisplay:
         self.state.observe(self.session.progress(), self.sampler.latest)
 
     def _loop(self) -> None:
-        assert self.view is not None
-        while not self._stop.wait(self.view.interval):
+        # The state is refreshed at REFRESH_S (that is the loss curve's sampling rate); the view
+        # redraws only when its throttle lets it (a few times a second, or every 10 s as text).
+        view = self.view
+        assert view is not None
+        throttle = Throttle(view.interval)
+        while not self._stop.wait(REFRESH_S):
             with contextlib.suppress(Exception):  # a drawing error must never stop training
                 self._refresh()
-                self.view.update(self.snapshot())
+                if throttle.ready(time.monotonic()):
+                    view.update(self.snapshot())
 
     def finish(self, summary: RunSummary) -> Snapshot:
         """Stop the threads and draw the final state (it stays in the saved notebook)."""

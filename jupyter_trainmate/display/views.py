@@ -83,7 +83,7 @@ class TextView:
 
     def update(self, snap: Snapshot) -> None:
         if time.monotonic() - self._started < self.interval:
-            return  # short runs print only their summary
+            return  # the first line after a full interval: short runs print only their summary
         print(
             f"[{self.title}] {progress_text(snap)} | {stats_text(snap)}",
             file=self.stream,
