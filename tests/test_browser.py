@@ -202,3 +202,37 @@ def test_sidebar_draws_gpu_cards_from_the_fake_source(tmp_path: Path) -> None:
         page.locator(PANEL_TAB).click()  # shown again: polling resumes
         page.wait_for_timeout(3000)
         assert polls
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_quickstart_widget_updates_while_the_train_cell_runs(tmp_path: Path) -> None:
+    notebook = Path(__file__).resolve().parent.parent / "notebooks" / "quickstart.ipynb"
+    with running_lab(tmp_path) as lab, browser_page() as page:
+        (lab.root / "quickstart.ipynb").write_text(notebook.read_text())
+        page.goto(lab.lab_url("lab/tree/quickstart.ipynb"), wait_until="domcontentloaded")
+        page.locator(".jp-Notebook").wait_for(timeout=60_000)
+        page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=60_000)
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.get_by_text("Run All Cells", exact=True).click()
+        widget = page.locator(".trainmate-widget")
+        widget.wait_for(timeout=60_000)
+        # While it runs: the progress text and the chart change between two looks.
+        page.wait_for_function(
+            "() => /epoch [1-9]\\/10/.test(document.querySelector('.trainmate-widget').textContent)",
+            timeout=60_000,
+        )
+        first_text = widget.inner_text()
+        first_chart = widget.locator("polyline[data-series='loss']").get_attribute("points")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "widget-running.png"))
+        page.wait_for_timeout(700)
+        assert widget.inner_text() != first_text
+        assert widget.locator("polyline[data-series='loss']").get_attribute("points") != first_chart
+        # At the end: the final summary, in the widget and as a static block.
+        page.locator(".trainmate-run").wait_for(timeout=120_000)
+        assert (
+            "trainmate: finished after 10 epoch(s)" in page.locator(".trainmate-run").inner_text()
+        )
+        assert "100% | epoch 10/10" in widget.inner_text()
+        page.screenshot(path=str(SCREENSHOTS / "widget-finished.png"))

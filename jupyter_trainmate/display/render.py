@@ -55,9 +55,10 @@ def stats_text(snap: Snapshot) -> str:
 
 
 def chart_svg(snap: Snapshot) -> str:
-    series: dict[str, list[tuple[float, float]]] = {"loss": snap.loss}
-    series.update(snap.metrics)
-    return line_chart(series)
+    """The loss chart, then one small chart per logged metric (each on its own axis)."""
+    charts = [line_chart({"loss": snap.loss})]
+    charts += [line_chart({name: pts}, width=280) for name, pts in snap.metrics.items()]
+    return "".join(charts)
 
 
 def html_block(snap: Snapshot, title: str) -> str:

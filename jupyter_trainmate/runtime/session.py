@@ -210,7 +210,8 @@ class TrainSession:
             optimizer_steps=sum(self._opt_steps.values()),
             epoch=finished_epochs + (1 if active else 0),
             epochs_total=epochs_total,
-            step_in_epoch=in_epoch,
+            # between epochs (or after the last) the finished epoch shows as complete
+            step_in_epoch=in_epoch if active or not finished_epochs else (per_epoch or in_epoch),
             steps_per_epoch=per_epoch,
             fraction=fraction,
             eta_s=eta,
