@@ -64,6 +64,15 @@ class TrainmateMagics(Magics):
     @argument(
         "--prefetch", default="auto", help="auto|off|cuda|thread (thread is opt-in: see docs)"
     )
+    @argument(
+        "--tune-loader",
+        type=int,
+        nargs="?",
+        const=8,
+        default=0,
+        metavar="N",
+        help="try DataLoader settings for N batches each on the first epoch, keep the fastest",
+    )
     @argument("--display", default="auto", help="auto|widget|text|off (auto: widget in a notebook)")
     @argument(
         "--show", action="store_true", help="print the code that would run, and do not run it"
@@ -86,6 +95,7 @@ class TrainmateMagics(Magics):
                 prefetch=args.prefetch,
                 show=args.show,
                 display=args.display,
+                tune_loader=args.tune_loader,
             )
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None

@@ -344,3 +344,37 @@ for epoch in range(2):
         "updated",
     } <= status.keys()
     assert not list((tmp_path / "trainmate-runs").glob("*"))  # removed when the run ended
+
+
+TUNE_SETUP = """
+import time
+class Slow(torch.utils.data.Dataset):
+    def __len__(self):
+        return 96
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return x[i % len(x)], torch.tensor(i)
+slow_loader = DataLoader(Slow(), batch_size=8, shuffle=True)
+"""
+TUNE_LOOP = """
+order = []
+for epoch in range(2):
+    for xb, ids in slow_loader:
+        order.extend(ids.tolist())
+        opt.zero_grad()
+        loss_fn(model(xb), (ids % 2)).backward()
+        opt.step()
+"""
+
+
+def test_tune_loader_keeps_the_data_and_its_order_and_reports_each_setting() -> None:
+    plain = run([COMMON, TUNE_SETUP, TUNE_LOOP], None)
+    tuned = run([COMMON, TUNE_SETUP, TUNE_LOOP], "--tune-loader 2")
+    assert tuned.user_ns["order"] == plain.user_ns["order"]  # same samples, same order, 2 epochs
+    assert all(torch.equal(v, weights(tuned)[k]) for k, v in weights(plain).items())
+    summary = last_run()
+    assert summary is not None
+    (report,) = [e for e in summary.events if e.startswith("--tune-loader: num_workers=0")]
+    assert report.count("ms/batch") >= 2  # the current setting and at least one other
+    assert "<- used" in report
+    assert summary.steps == 2 * 12

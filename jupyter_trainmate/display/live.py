@@ -52,6 +52,7 @@ class LiveDisplay:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="trainmate-display", daemon=True)
         session.on_log.append(self._on_log)
+        session.on_event.append(self.state.event)
 
     def start(self) -> None:
         self.sampler.start()

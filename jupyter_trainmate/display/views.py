@@ -93,6 +93,8 @@ class TextView:
     def finish(self, snap: Snapshot) -> None:
         if snap.summary is not None:
             print(snap.summary.line(), file=self.stream, flush=True)
+        for event in snap.events:
+            print(f"[{self.title}] {event}", file=self.stream, flush=True)
         for advice in snap.advice:
             print(f"[{self.title}] advice: {advice.message}", file=self.stream, flush=True)
 

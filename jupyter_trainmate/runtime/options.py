@@ -26,6 +26,7 @@ class TrainOptions:
     prefetch: str = "auto"
     show: bool = False
     display: str = "auto"
+    tune_loader: int = 0  # batches per candidate setting; 0: off
 
     def __post_init__(self) -> None:
         if self.amp not in AMP_MODES:
@@ -37,6 +38,10 @@ class TrainOptions:
         if self.display not in DISPLAY_MODES:
             raise TrainmateError(
                 f"--display {self.display}: choose one of {', '.join(DISPLAY_MODES)}"
+            )
+        if self.tune_loader < 0:
+            raise TrainmateError(
+                f"--tune-loader {self.tune_loader}: batches per setting, 1 or more"
             )
         if self.accumulate < 1:
             raise TrainmateError(f"--accumulate {self.accumulate}: must be 1 or more")

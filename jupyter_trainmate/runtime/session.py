@@ -24,6 +24,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..errors import TrainmateError
+from ..monitor.host import usable_cpus
 from .amp import AmpPolicy, resolve_amp
 from .batch import batch_size
 from .loader import LoaderInfo, loader_info
@@ -31,6 +32,7 @@ from .options import TrainOptions
 from .prefetch import CudaPrefetcher, ThreadPrefetcher
 from .summary import Outcome, RunProgress, RunSummary, _record
 from .timing import StepTimer
+from .tune import LoaderTuner, tunable
 
 
 def params_device(namespace: Mapping[str, object]) -> torch.device | None:
@@ -64,13 +66,21 @@ class _Batches:
         return len(self._iterable)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Any]:
-        if self._session.loader_info is None:
-            self._session.loader_info = loader_info(self._iterable)
+        session, iterable = self._session, self._iterable
+        if session.loader_info is None:
+            session.loader_info = loader_info(iterable)
         try:
-            remaining: int | None = len(self._iterable)  # type: ignore[arg-type]
+            remaining: int | None = len(iterable)  # type: ignore[arg-type]
         except TypeError:
             remaining = None
-        return self._session._iterate(self._session._source(self._iterable), remaining)
+        if session.options.tune_loader and isinstance(iterable, torch.utils.data.DataLoader):
+            tuner = session._tuner(iterable)
+            if tuner is not None:
+                if tuner.best is None:  # first epoch: try the candidates on its own batches
+                    return session._iterate(session._source(tuner.first_epoch()), remaining)
+                iterable = tuner.later_loader()
+                session.loader_info = loader_info(iterable)  # advice about the loader in use
+        return session._iterate(session._source(iterable), remaining)
 
 
 class TrainSession:
@@ -122,6 +132,9 @@ class TrainSession:
         self._last_loss: Any = None
         self.loader_info: LoaderInfo | None = None
         self.on_log: list[Callable[[int, dict[str, float]], None]] = []
+        self.on_event: list[Callable[[str], None]] = []
+        self.events: list[str] = []
+        self._tuners: dict[int, LoaderTuner | None] = {}
         self.logged: dict[str, float] = {}
         self.skipped_steps = 0
         self._instrumented = instrumented
@@ -138,6 +151,29 @@ class TrainSession:
         self._started = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------------
+
+    def event(self, text: str) -> None:
+        """Something the user should see: shown by the display, kept in the summary."""
+        self.events.append(text)
+        for listener in self.on_event:
+            listener(text)
+
+    def _tuner(self, loader: torch.utils.data.DataLoader[Any]) -> LoaderTuner | None:
+        key = id(loader)
+        if key not in self._tuners:
+            reason = tunable(loader)
+            if reason is not None:
+                self.event(f"--tune-loader: not tuned, {reason}")
+                self._tuners[key] = None
+            else:
+                self._tuners[key] = LoaderTuner(
+                    loader,
+                    cpus=usable_cpus(),
+                    cuda=self.device.type == "cuda",
+                    batches_each=self.options.tune_loader,
+                    report=self.event,
+                )
+        return self._tuners[key]
 
     def log(self, values: dict[str, float]) -> None:
         """Metrics the cell reports with `jupyter_trainmate.log(name=value)`."""
@@ -182,6 +218,7 @@ class TrainSession:
             data_wait_share=totals.data_share,
             skipped_steps=self.skipped_steps,
             metrics=dict(self.logged),
+            events=tuple(self.events),
             instrumented=self._instrumented,
             left_alone=self._left_alone,
         )

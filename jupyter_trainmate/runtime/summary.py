@@ -29,6 +29,7 @@ class RunSummary:
     data_wait_share: float
     skipped_steps: int
     metrics: dict[str, float] = field(default_factory=dict)  # last value of each logged metric
+    events: tuple[str, ...] = field(default=())  # what the run reported: tuning, guards
     instrumented: tuple[str, ...] = field(default=())
     left_alone: tuple[str, ...] = field(default=())
 
