@@ -23,6 +23,20 @@ and device prefetching chosen for the device, and a summary at the end; `jupyter
 returns it (steps, optimizer steps, epochs, samples, wall time, data-wait share, AMP mode, skipped
 steps, and what was instrumented or left alone and why).
 
+While it runs, a live widget in the cell output shows progress over epochs and steps with ETA,
+the loss curve and every metric the cell reports with `jupyter_trainmate.log(val_acc=...)`,
+samples/s and steps/s, the share of step time spent waiting for data, GPU utilisation and memory
+(NVML) or CPU and process memory (psutil, within container limits), the AMP state, events, and
+advice computed from these measurements (for example "35% of step time waits for data:
+num_workers=0: raise it (this machine has 16 CPUs)"). The widget is redrawn a few times a second
+by a background thread, never by the training loop; the final state stays in the saved notebook as
+a static picture. Without a widget front end (terminal IPython, logs) a compact text line is
+printed every 10 s instead (`--display auto|widget|text|off`).
+
+`--tune-loader [N]` tries a few DataLoader settings (num_workers, pin_memory) on the first epoch's
+own batches, N per setting, reports the speed-up of each and keeps the fastest: the batches and
+their order are exactly the plain loop's.
+
 Options: `--amp auto|bf16|fp16|off` (auto: bf16 on GPUs that have it, fp16 with a GradScaler on
 older ones, off on the CPU), `--device auto|cpu|cuda|cuda:N|mps` (auto: where the model's
 parameters are), `--accumulate N` (N micro-batches per optimizer step, loss scaled, zero_grad and
