@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
+from pathlib import Path
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .errors import TrainmateError
+
+
+def _checkpoint_dir(value: str | None, namespace: dict[str, object]) -> str | None:
+    """`--checkpoint` alone: `checkpoints/` beside the notebook (or the working directory)."""
+    if value is None or value:
+        return value
+    from .runtime.status import notebook_path
+
+    notebook = notebook_path(namespace)
+    base = Path(notebook).parent if notebook else Path.cwd()
+    return str(base / "checkpoints")
 
 
 class CellSyntaxError(Exception):
@@ -73,6 +85,17 @@ class TrainmateMagics(Magics):
         metavar="N",
         help="try DataLoader settings for N batches each on the first epoch, keep the fastest",
     )
+    @argument(
+        "--checkpoint",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="save checkpoints (default folder: checkpoints/ beside the notebook)",
+    )
+    @argument("--every", type=int, default=0, metavar="N", help="checkpoint every N steps")
+    @argument("--keep", type=int, default=3, metavar="K", help="checkpoints to keep")
+    @argument("--resume", action="store_true", help="continue from the last checkpoint")
     @argument("--display", default="auto", help="auto|widget|text|off (auto: widget in a notebook)")
     @argument(
         "--show", action="store_true", help="print the code that would run, and do not run it"
@@ -86,6 +109,8 @@ class TrainmateMagics(Magics):
         from .train import run_cell, show
 
         args = parse_argstring(self.train, line)
+        ip = self.shell
+        assert ip is not None
         try:
             options = TrainOptions(
                 amp=args.amp,
@@ -96,11 +121,13 @@ class TrainmateMagics(Magics):
                 show=args.show,
                 display=args.display,
                 tune_loader=args.tune_loader,
+                checkpoint=_checkpoint_dir(args.checkpoint, ip.user_ns),
+                every=args.every,
+                keep=args.keep,
+                resume=args.resume,
             )
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None
-        ip = self.shell
-        assert ip is not None
         source = ip.transform_cell(cell)
         filename = ip.compile.cache(cell, ip.execution_count)
         try:

@@ -13,6 +13,8 @@ from typing import Any
 from .display.live import LiveDisplay
 from .errors import TrainmateError
 from .rewrite import SESSION, RewriteResult, RewrittenFunction, rewrite_cell
+from .runtime.checkpoint import checkpoints
+from .runtime.checkpoint import load as load_checkpoint
 from .runtime.options import TrainOptions
 from .runtime.session import TrainSession
 from .runtime.status import StatusWriter, notebook_path
@@ -94,6 +96,12 @@ def run_cell(
             new = _compile_function(fn)
             swapped[name] = (namespace.get(name), new)
             namespace[name] = new
+        if options.resume:
+            assert session.checkpoint_dir is not None
+            found = checkpoints(session.checkpoint_dir)
+            if not found:
+                raise TrainmateError(f"--resume: no checkpoint in {session.checkpoint_dir}")
+            session.resume_from(load_checkpoint(found[-1]))
         namespace[SESSION] = session
         session.start()
         status = StatusWriter(
@@ -109,6 +117,12 @@ def run_cell(
         outcome = "finished"
     except KeyboardInterrupt:
         outcome = "interrupted"
+        session.checkpoint_after_error("interrupted")
+        raise
+    except TrainmateError:
+        raise
+    except Exception as exc:
+        session.checkpoint_after_error(f"failed ({type(exc).__name__})")
         raise
     finally:
         if status is not None:

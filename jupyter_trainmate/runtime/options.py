@@ -27,6 +27,10 @@ class TrainOptions:
     show: bool = False
     display: str = "auto"
     tune_loader: int = 0  # batches per candidate setting; 0: off
+    checkpoint: str | None = None  # folder; None: no checkpoints
+    every: int = 0  # steps between checkpoints; 0: at epoch ends (and on interrupt/error) only
+    keep: int = 3
+    resume: bool = False
 
     def __post_init__(self) -> None:
         if self.amp not in AMP_MODES:
@@ -43,6 +47,14 @@ class TrainOptions:
             raise TrainmateError(
                 f"--tune-loader {self.tune_loader}: batches per setting, 1 or more"
             )
+        if self.every < 0 or self.keep < 1:
+            raise TrainmateError(
+                f"--every {self.every} --keep {self.keep}: need every >= 0, keep >= 1"
+            )
+        if (self.every or self.resume) and self.checkpoint is None:
+            raise TrainmateError("--every/--resume need --checkpoint DIR")
+        if self.checkpoint is not None and self.accumulate > 1:
+            raise TrainmateError("--checkpoint with --accumulate is not supported yet")
         if self.accumulate < 1:
             raise TrainmateError(f"--accumulate {self.accumulate}: must be 1 or more")
         if self.clip is not None and not self.clip > 0:

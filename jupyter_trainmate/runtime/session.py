@@ -13,10 +13,12 @@ a GradScaler's skipped steps are counted from the optimizer step hook, not by re
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,12 +29,22 @@ from ..errors import TrainmateError
 from ..monitor.host import usable_cpus
 from .amp import AmpPolicy, resolve_amp
 from .batch import batch_size
+from .checkpoint import FORMAT as CHECKPOINT_FORMAT
+from .checkpoint import VERSION as CHECKPOINT_VERSION
+from .checkpoint import (
+    checkpoints,
+    prune,
+    rng_state,
+    save_atomically,
+    set_rng_state,
+    trainable_objects,
+)
 from .loader import LoaderInfo, loader_info
 from .options import TrainOptions
 from .prefetch import CudaPrefetcher, ThreadPrefetcher
 from .summary import Outcome, RunProgress, RunSummary, _record
 from .timing import StepTimer
-from .tune import LoaderTuner, tunable
+from .tune import Candidate, LoaderTuner, loader_like, tunable
 
 
 def params_device(namespace: Mapping[str, object]) -> torch.device | None:
@@ -73,6 +85,10 @@ class _Batches:
             remaining: int | None = len(iterable)  # type: ignore[arg-type]
         except TypeError:
             remaining = None
+        if session._resume is not None:
+            return session._resumed_epoch(iterable, remaining)
+        if session.checkpoint_dir is not None:
+            session._epoch_rng = rng_state()  # before iter() draws: resume redraws this order
         if session.options.tune_loader and isinstance(iterable, torch.utils.data.DataLoader):
             tuner = session._tuner(iterable)
             if tuner is not None:
@@ -135,6 +151,15 @@ class TrainSession:
         self.on_event: list[Callable[[str], None]] = []
         self.events: list[str] = []
         self._tuners: dict[int, LoaderTuner | None] = {}
+        self.checkpoint_dir = Path(options.checkpoint) if options.checkpoint else None
+        self.last_checkpoint: Path | None = None
+        self._epoch_rng: dict[str, Any] | None = None
+        self._rng_after_fetch: torch.Tensor | None = None
+        self._stepped = False  # whether the optimizer stepped since the last batch arrived
+        self._in_body = False  # between a batch's arrival and the request for the next
+        self._ckpt_epoch = 0
+        self._in_epoch_done = 0  # batches completed in the current epoch (checkpointing only)
+        self._resume: dict[str, Any] | None = None
         self.logged: dict[str, float] = {}
         self.skipped_steps = 0
         self._instrumented = instrumented
@@ -151,6 +176,106 @@ class TrainSession:
         self._started = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------------
+
+    def save_checkpoint(
+        self, position: int, torch_rng: torch.Tensor | None = None, epoch: int | None = None
+    ) -> Path:
+        """Write a checkpoint of the notebook's training objects at a batch boundary."""
+        assert self.checkpoint_dir is not None
+        objects = trainable_objects(self._namespace)
+        rng = rng_state()
+        if torch_rng is not None:
+            rng["torch"] = torch_rng
+        payload = {
+            "format": CHECKPOINT_FORMAT,
+            "version": CHECKPOINT_VERSION,
+            **{
+                kind: {n: o.state_dict() for n, o in found.items()}
+                for kind, found in objects.items()
+            },
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "rng": rng,
+            "epoch_rng": self._epoch_rng if position else None,
+            "epoch": self.epochs_seen - self._epochs_base if epoch is None else epoch,
+            "position": position,
+            "steps": self.timer.totals.steps,
+        }
+        path = self.checkpoint_dir / f"step-{self._checkpoint_counter():08d}.pt"
+        save_atomically(payload, path)
+        prune(self.checkpoint_dir, self.options.keep)
+        self.last_checkpoint = path
+        return path
+
+    def _checkpoint_counter(self) -> int:
+        existing = checkpoints(self.checkpoint_dir) if self.checkpoint_dir else []
+        last = int(existing[-1].stem.removeprefix("step-")) if existing else 0
+        return last + 1
+
+    def checkpoint_after_error(self, what: str) -> None:
+        """On Ctrl-C or an exception: save the last complete step and say how to continue."""
+        if self.checkpoint_dir is None or (not self._in_body and self._in_epoch_done == 0):
+            return  # outside a batch loop: the epoch-end checkpoint is the latest state
+        done, epoch = self._in_epoch_done, self._ckpt_epoch
+        if self._in_body and self._stepped:  # the step had updated the weights: it counts
+            done += 1
+            path = self.save_checkpoint(done, epoch=epoch)
+        elif self._in_body:  # it had not: back to the moment its batch arrived
+            path = self.save_checkpoint(done, torch_rng=self._rng_after_fetch, epoch=epoch)
+        else:
+            path = self.save_checkpoint(done, epoch=epoch)
+        self.event(
+            f"{what} in epoch {epoch + 1} after {done} batches: checkpoint {path}; "
+            "continue with %%train --resume"
+        )
+
+    def resume_from(self, payload: dict[str, Any]) -> None:
+        """Load a checkpoint's states into the notebook's objects (before the cell runs)."""
+        objects = trainable_objects(self._namespace)
+        for kind in ("models", "optimizers", "schedulers"):
+            for name, state in payload[kind].items():
+                target = objects[kind].get(name)
+                if target is None:
+                    raise TrainmateError(
+                        f"--resume: the checkpoint has {kind[:-1]} {name!r}, the notebook has none"
+                    )
+                try:
+                    target.load_state_dict(state)
+                except (RuntimeError, ValueError, KeyError) as exc:
+                    first = str(exc).strip().splitlines()[0][:160]
+                    raise TrainmateError(
+                        f"--resume: {name} does not match the checkpoint: {first}"
+                    ) from None
+        if payload.get("scaler") is not None and self.scaler is not None:
+            self.scaler.load_state_dict(payload["scaler"])
+        self._resume = dict(payload)
+
+    def _resumed_epoch(self, iterable: Iterable[Any], remaining: int | None) -> Iterator[Any]:
+        resume = self._resume
+        assert resume is not None
+        self._resume = None
+        position = int(resume["position"])
+        if position == 0:
+            set_rng_state(resume["rng"])
+            self._epoch_rng = rng_state()
+            return self._iterate(self._source(iterable), remaining)
+        set_rng_state(resume["epoch_rng"])  # the epoch's order, drawn again as it was
+        self._epoch_rng = resume["epoch_rng"]
+        source: Iterable[Any]
+        if isinstance(iterable, torch.utils.data.DataLoader) and tunable(iterable) is None:
+            torch.empty((), dtype=torch.int64).random_(generator=iterable.generator)
+            order = list(iterable.batch_sampler)  # type: ignore[arg-type]
+            current = Candidate(iterable.num_workers, bool(iterable.pin_memory))
+            source = loader_like(
+                iterable, order[position:], current, False, torch.Generator().manual_seed(0)
+            )
+        else:
+            it = iter(iterable)
+            for _ in range(position):
+                next(it)
+            source = it
+        set_rng_state(resume["rng"])  # then every draw continues where the run stopped
+        self.event(f"resumed after {position} batches of the epoch in progress")
+        return self._iterate(self._source(source), remaining, done=position)
 
     def event(self, text: str) -> None:
         """Something the user should see: shown by the display, kept in the summary."""
@@ -280,6 +405,14 @@ class TrainSession:
         except TypeError:
             self.epochs_total = None
         self._epochs_base = self.epochs_seen
+        resume = self._resume
+        if resume is not None and resume["epoch"] > 0:
+            done = int(resume["epoch"])
+            self._epochs_base -= done  # progress counts the epochs done before the interruption
+            resume["epoch"] = 0
+            if isinstance(iterable, range):
+                return iterable[done:]
+            return itertools.islice(iterable, done, None)
         return iterable
 
     def _source(self, iterable: Iterable[Any]) -> Iterator[Any]:
@@ -294,7 +427,38 @@ class TrainSession:
             return ThreadPrefetcher(iterable)
         return iter(iterable)
 
-    def _iterate(self, source: Iterator[Any], remaining: int | None) -> Iterator[Any]:
+    def _iterate(
+        self, source: Iterator[Any], remaining: int | None, done: int = 0
+    ) -> Iterator[Any]:
+        if self.checkpoint_dir is not None:
+            return self._iterate_checkpointed(source, remaining, done)
+        return self._iterate_plain(source, remaining)
+
+    def _iterate_checkpointed(
+        self, source: Iterator[Any], remaining: int | None, done: int
+    ) -> Iterator[Any]:
+        """The batch loop with checkpoints: every `--every` steps, at the epoch's end, and enough
+        state kept per step (the torch RNG after each fetch) to checkpoint an interrupted step."""
+        every = self.options.every
+        self._in_epoch_done = done
+        # The epoch in progress, 0-based in the epoch loop: read now, since an exception closes
+        # the inner generator (which counts the epoch as seen) before the handler runs.
+        self._ckpt_epoch = self.epochs_seen - self._epochs_base
+        inner = self._iterate_plain(source, None if remaining is None else remaining - done)
+        for batch in inner:
+            self._rng_after_fetch = torch.get_rng_state()
+            self._stepped = False
+            self._in_body = True
+            yield batch
+            self._in_body = False
+            self._in_epoch_done += 1
+            if every and self.timer.totals.steps % every == 0:
+                self.save_checkpoint(self._in_epoch_done, epoch=self._ckpt_epoch)
+        self._in_epoch_done = 0
+        self._epoch_rng = None
+        self.save_checkpoint(0)  # the epoch is done: the next one starts fresh
+
+    def _iterate_plain(self, source: Iterator[Any], remaining: int | None) -> Iterator[Any]:
         # The per-step path: a plain for loop, bound methods in locals, no try/except per batch.
         before, after, size = self.timer.before_fetch, self.timer.after_fetch, batch_size
         track_last = remaining is not None and self.accumulate > 1
@@ -434,8 +598,9 @@ class TrainSession:
 
     def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         # Runs after every real optimizer step anywhere (hooks reach code the rewrite cannot
-        # see): keep it to one dict update.
+        # see): keep it to one dict update and a flag.
         self._opt_steps[id(optimizer)] += 1
+        self._stepped = True
 
 
 _active: TrainSession | None = None

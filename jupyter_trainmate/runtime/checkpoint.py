@@ -1,0 +1,119 @@
+"""
+Checkpoints of a `%%train` run: every model, optimizer, scheduler and GradScaler the notebook
+holds, the random number generators, and where the run was (epoch, batches done in it).
+
+Writes are atomic: a temporary file in the same folder, flushed and fsynced, then `os.replace`,
+so a process killed mid-write leaves the previous checkpoint whole. Loads use
+`torch.load(weights_only=True)`: a checkpoint is data, never a way to run code; anything else
+(a foreign pickle, a truncated file) is a one-line `TrainmateError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import TrainmateError
+
+FORMAT = "jupyter_trainmate.checkpoint"
+VERSION = 1
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, NumPy, torch CPU and (if initialised) CUDA generator states, weights_only-safe."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": [version, list(internal), gauss],
+        "numpy": [kind, torch.from_numpy(np.asarray(keys, dtype=np.int64)), pos, has_gauss, cached],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def trainable_objects(namespace: Mapping[str, object]) -> dict[str, dict[str, Any]]:
+    """The notebook's models, optimizers and schedulers, by the names the notebook gives them."""
+    found: dict[str, dict[str, Any]] = {"models": {}, "optimizers": {}, "schedulers": {}}
+    for name, value in namespace.items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, torch.nn.Module):
+            found["models"][name] = value
+        elif isinstance(value, torch.optim.Optimizer):
+            found["optimizers"][name] = value
+        elif isinstance(value, torch.optim.lr_scheduler.LRScheduler):
+            found["schedulers"][name] = value
+    return found
+
+
+def save_atomically(payload: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Read a checkpoint written by `save_atomically`; anything else is a one-line error."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise TrainmateError(f"{path}: no such checkpoint") from None
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TrainmateError(
+            f"{path}: not a jupyter_trainmate checkpoint ({first[:160]})"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise TrainmateError(f"{path}: not a jupyter_trainmate checkpoint (no format marker)")
+    if payload.get("version") != VERSION:
+        raise TrainmateError(
+            f"{path}: checkpoint version {payload.get('version')} is not {VERSION}"
+        )
+    return payload
+
+
+def checkpoints(directory: Path) -> list[Path]:
+    """The checkpoints in `directory`, oldest first (by the step in their name)."""
+    found = [p for p in directory.glob("step-*.pt") if p.stem.removeprefix("step-").isdigit()]
+    return sorted(found, key=lambda p: int(p.stem.removeprefix("step-")))
+
+
+def prune(directory: Path, keep: int) -> None:
+    for old in checkpoints(directory)[:-keep] if keep > 0 else []:
+        with contextlib.suppress(OSError):
+            old.unlink()

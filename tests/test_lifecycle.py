@@ -1,0 +1,142 @@
+"""Checkpoints and resume: interrupt anywhere, continue, end bit-identical to an uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from IPython.core.error import UsageError
+
+from jupyter_trainmate import last_run
+from jupyter_trainmate.errors import TrainmateError
+from jupyter_trainmate.runtime.checkpoint import checkpoints, load
+
+from .train_harness import COMMON, fresh_shell, run, weights
+
+LOOP = """
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+for epoch in range(3):
+    model.train()
+    for xb, yb in loader:
+        step_counter += 1
+        if step_counter == STOP_BEFORE_FORWARD:
+            raise KeyboardInterrupt
+        opt.zero_grad()
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        opt.step()
+        if step_counter == STOP_AFTER_STEP:
+            raise KeyboardInterrupt
+    sched.step()
+"""
+
+
+def reference() -> dict[str, torch.Tensor]:
+    setup = COMMON + "\nstep_counter = 0\nSTOP_BEFORE_FORWARD = STOP_AFTER_STEP = -1\n"
+    return weights(run([setup, LOOP], None))
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "every"),
+    [(11, -1, 0), (-1, 13, 0), (20, -1, 5), (-1, 8, 4)],
+    ids=["mid-epoch-before-forward", "mid-epoch-after-step", "every-5", "end-of-epoch"],
+)
+def test_interrupt_then_resume_is_bit_identical(
+    before: int, after: int, every: int, tmp_path: Path
+) -> None:
+    expected = reference()
+    ip = fresh_shell()
+    ip.run_cell(
+        COMMON + f"\nstep_counter = 0\nSTOP_BEFORE_FORWARD = {before}\nSTOP_AFTER_STEP = {after}\n"
+    ).raise_error()
+    line = f"--checkpoint {tmp_path} --every {every} --display off"
+    ip.run_cell(f"%%train {line}\n{LOOP}")
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "interrupted"
+    assert any("continue with %%train --resume" in e for e in summary.events)
+    assert checkpoints(tmp_path)
+    ip.user_ns["STOP_BEFORE_FORWARD"] = ip.user_ns["STOP_AFTER_STEP"] = -1
+    ip.run_cell(f"%%train {line} --resume\n{LOOP}").raise_error()
+    resumed = last_run()
+    assert resumed is not None
+    assert resumed.outcome == "finished"
+    got = weights(ip)
+    differing = [k for k in expected if not torch.equal(expected[k], got[k])]
+    assert not differing, differing
+    assert ip.user_ns["opt"].param_groups[0]["lr"] == pytest.approx(0.1 * 0.7**3)
+
+
+def test_keep_prunes_old_checkpoints(tmp_path: Path) -> None:
+    setup = COMMON + "\nstep_counter = 0\nSTOP_BEFORE_FORWARD = STOP_AFTER_STEP = -1\n"
+    run([setup, LOOP], f"--checkpoint {tmp_path} --every 2 --keep 2 --display off")
+    kept = checkpoints(tmp_path)
+    assert len(kept) == 2
+    assert load(kept[-1])["position"] == 0  # the last one: the end of the last epoch
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_resume_without_a_checkpoint_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--resume: no checkpoint in"):
+        run(
+            [COMMON, LOOP.replace("step_counter += 1", "pass")], f"--checkpoint {tmp_path} --resume"
+        )
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"not a checkpoint at all", b"\x80\x04\x95"],
+    ids=["garbage", "truncated-pickle"],
+)
+def test_malformed_checkpoint_is_one_line(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "step-00000001.pt"
+    path.write_bytes(content)
+    with pytest.raises(TrainmateError) as exc:
+        load(path)
+    assert "not a jupyter_trainmate checkpoint" in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_foreign_pickle_runs_no_code(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "step-00000001.pt"
+    code = (
+        "import os, pickle, torch\n"
+        "class Evil:\n"
+        f"    def __reduce__(self): return (os.system, ('touch {marker}',))\n"
+        f"torch.save({{'format': 'jupyter_trainmate.checkpoint', 'x': Evil()}}, {str(evil)!r})\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    with pytest.raises(TrainmateError, match="not a jupyter_trainmate checkpoint"):
+        load(evil)
+    assert not marker.exists()
+
+
+def test_sigkill_while_writing_leaves_the_previous_checkpoint_loadable(tmp_path: Path) -> None:
+    writer = (
+        "import sys, torch\n"
+        "from pathlib import Path\n"
+        "from jupyter_trainmate.runtime.checkpoint import save_atomically\n"
+        "d = Path(sys.argv[1])\n"
+        "save_atomically({'format': 'jupyter_trainmate.checkpoint', 'version': 1, 'w': torch.ones(3)}, d / 'step-00000001.pt')\n"
+        "print('first', flush=True)\n"
+        "big = {'format': 'jupyter_trainmate.checkpoint', 'version': 1, 'w': torch.zeros(400_000_000, dtype=torch.uint8)}\n"
+        "while True:\n"
+        "    save_atomically(big, d / 'step-00000001.pt')\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", writer, str(tmp_path)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"first"
+    deadline = time.monotonic() + 30
+    while not list(tmp_path.glob(".step-00000001.pt.*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.005)  # wait until the big write is under way
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    payload = load(tmp_path / "step-00000001.pt")
+    assert payload["w"].numel() in (3, 400_000_000)  # the old file or the new one, never half
