@@ -16,6 +16,7 @@ from .rewrite import SESSION, RewriteResult, RewrittenFunction, rewrite_cell
 from .runtime.checkpoint import checkpoints
 from .runtime.checkpoint import load as load_checkpoint
 from .runtime.options import TrainOptions
+from .runtime.records import append_record, hyperparameters, make_record, runs_folder
 from .runtime.session import TrainSession
 from .runtime.status import StatusWriter, notebook_path
 from .runtime.summary import Outcome, RunSummary
@@ -134,4 +135,20 @@ def run_cell(
         summary = session.close(outcome)
         if live is not None:
             live.finish(summary)
+        _record(summary, options, session, namespace)
     return summary
+
+
+def _record(
+    summary: RunSummary, options: TrainOptions, session: TrainSession, namespace: dict[str, Any]
+) -> None:
+    notebook = notebook_path(namespace)
+    info = session.loader_info
+    hyper = hyperparameters(namespace, info.batch_size if info else None, session.epochs_total)
+    record = make_record(
+        summary, options, notebook=notebook, hyper=hyper, checkpoint=session.last_checkpoint
+    )
+    try:
+        append_record(runs_folder(notebook), record)
+    except OSError as exc:  # a read-only folder must not turn a finished run into an error
+        print(f"trainmate: run record not written: {exc}")

@@ -29,9 +29,14 @@ def last_text(nb: nbformat.NotebookNode) -> str:
 
 def run(path: Path) -> bool:
     nb = nbformat.read(path, as_version=4)
+    OUT.mkdir(parents=True, exist_ok=True)  # the kernel works here: run records, checkpoints
     started = time.perf_counter()
     client = NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        store_widget_state=True,
+        resources={"metadata": {"path": str(OUT)}},
     )
     ok = True
     try:
@@ -39,7 +44,6 @@ def run(path: Path) -> bool:
     except CellExecutionError as exc:
         ok = False
         print(f"{path.name}: FAILED: {str(exc).strip().splitlines()[-1]}", file=sys.stderr)
-    OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=OUT, suffix=".tmp", delete=False) as tmp:
         nbformat.write(nb, tmp)
     Path(tmp.name).replace(OUT / path.name)

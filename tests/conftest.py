@@ -15,3 +15,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _own_working_directory(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run records and default checkpoints land beside the notebook or in the working directory:
+    keep every test's in its own temporary folder, never in the checkout."""
+    monkeypatch.chdir(tmp_path)  # type: ignore[arg-type]
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)

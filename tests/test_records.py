@@ -1,0 +1,76 @@
+"""Run records: one JSON line per run beside the notebook, whatever the outcome."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from jupyter_trainmate.runtime.records import read_records
+
+from .train_harness import COMMON, fresh_shell, run
+
+LOOP = """
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+for epoch in range(2):
+    for xb, yb in loader:
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        opt.step()
+    jupyter_trainmate.log(val_loss=0.5 - 0.1 * epoch)
+    sched.step()
+"""
+
+
+def test_a_finished_run_is_recorded_with_what_it_could_see(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notebook_dir = tmp_path / "project"
+    notebook_dir.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=notebook_dir, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "x"],
+                   cwd=notebook_dir, check=True)  # fmt: skip
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=notebook_dir, capture_output=True, text=True
+    ).stdout.strip()
+    monkeypatch.setenv("JPY_SESSION_NAME", str(notebook_dir / "train.ipynb"))
+    run([COMMON + "\nimport jupyter_trainmate\n", LOOP], "--display off")
+    (record,) = read_records(notebook_dir / "runs")
+    assert record["outcome"] == "finished"
+    assert record["notebook"] == str(notebook_dir / "train.ipynb")
+    assert record["git_commit"] == head
+    assert record["versions"]["torch"] == torch.__version__
+    assert record["options"]["display"] == "off"
+    hyper = record["hyperparameters"]
+    assert hyper["optimizers"] == {"opt": {"type": "SGD", "lr": pytest.approx(0.1 * 0.1**2)}}
+    assert hyper["schedulers"] == {"sched": "StepLR"}
+    assert hyper["batch_size"] == 32
+    assert hyper["epochs"] == 2
+    assert hyper["trained_parameters"] == 8 * 16 + 16 + 16 * 2 + 2
+    assert record["metrics"] == {"val_loss": pytest.approx(0.4)}
+    assert record["summary"]["steps"] == 16
+
+
+def test_failed_and_interrupted_runs_are_recorded_too(tmp_path: Path) -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(
+        "%%train --display off\nfor xb, yb in loader:\n    loss_fn(model(xb), yb).backward()\n    raise ValueError('x')\n"
+    )
+    ip.run_cell(
+        "%%train --display off\nfor xb, yb in loader:\n    loss_fn(model(xb), yb).backward()\n    raise KeyboardInterrupt\n"
+    )
+    records = read_records(tmp_path / "runs")  # no notebook: the working directory (the test's)
+    assert [r["outcome"] for r in records] == ["failed", "interrupted"]
+    lines = (tmp_path / "runs" / "runs.jsonl").read_text().splitlines()
+    assert all(json.loads(line) for line in lines)
+
+
+def test_a_torn_line_is_skipped(tmp_path: Path) -> None:
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    (folder / "runs.jsonl").write_text('{"outcome": "finished"}\n{"outcome": "fini')
+    assert read_records(folder) == [{"outcome": "finished"}]
