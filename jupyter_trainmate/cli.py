@@ -20,6 +20,12 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0 if passed(findings) else 1
 
 
+def _runs(args: argparse.Namespace) -> int:
+    from .runs_table import runs_command
+
+    return runs_command(args.dir, args.markdown)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainmate",
@@ -40,6 +46,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--data", type=Path, metavar="PATH", help="training data: file system, disk, read speed"
     )
     doctor.set_defaults(run=_doctor)
+
+    runs = commands.add_parser(
+        "runs",
+        help="the recorded %%train runs, as a table or in a Markdown file",
+        description="Show the run records (runs/runs.jsonl) as a table; with --markdown, write "
+        "or update the table between <!-- trainmate:runs:start/end --> markers in that file.",
+    )
+    runs.add_argument(
+        "--dir", type=Path, default=Path("runs"), help="the runs folder (default: runs)"
+    )
+    runs.add_argument(
+        "--markdown", type=Path, metavar="FILE", help="update the table in this Markdown file"
+    )
+    runs.set_defaults(run=_runs)
     return parser
 
 

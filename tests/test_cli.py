@@ -21,6 +21,7 @@ def test_help_lists_real_subcommands_only(capsys: pytest.CaptureFixture[str]) ->
         main(["--help"])
     out = capsys.readouterr().out
     assert "doctor" in out
+    assert "runs" in out
     assert "refactor" not in out  # arrives with its issue, not as a placeholder
 
 

@@ -74,3 +74,38 @@ def test_a_torn_line_is_skipped(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "runs.jsonl").write_text('{"outcome": "finished"}\n{"outcome": "fini')
     assert read_records(folder) == [{"outcome": "finished"}]
+
+
+def test_runs_table_and_idempotent_markdown(tmp_path: Path) -> None:
+    from jupyter_trainmate.cli import main
+
+    run([COMMON + "\nimport jupyter_trainmate\n", LOOP], "--display off")
+    run([COMMON + "\nimport jupyter_trainmate\n", LOOP], "--display off --amp bf16")
+    readme = tmp_path / "README.md"
+    readme.write_text("# Experiments\n\nNotes above.\n")
+    assert main(["runs", "--markdown", str(readme)]) == 0
+    first = readme.read_text()
+    assert first.startswith("# Experiments\n\nNotes above.\n")
+    table = first.split("<!-- trainmate:runs:start -->\n")[1].split(
+        "\n<!-- trainmate:runs:end -->"
+    )[0]
+    rows = table.splitlines()
+    assert rows[0].startswith("| time | notebook | outcome |")
+    assert len(rows) == 2 + 2
+    assert "| finished | 2 | 16 |" in rows[2]
+    assert "val_loss=0.4" in rows[3]
+    assert main(["runs", "--markdown", str(readme)]) == 0
+    assert readme.read_text() == first  # idempotent
+    readme.write_text(first.replace("Notes above.", "Notes changed."))
+    main(["runs", "--markdown", str(readme)])
+    assert "Notes changed." in readme.read_text()
+    assert readme.read_text().count("<!-- trainmate:runs:start -->") == 1
+
+
+def test_runs_table_from_the_magic(capsys: pytest.CaptureFixture[str]) -> None:
+    ip = run([COMMON + "\nimport jupyter_trainmate\n", LOOP], "--display off")
+    capsys.readouterr()
+    ip.run_line_magic("trainmate", "runs")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["time", "notebook", "outcome"]
+    assert "finished" in out[1]
