@@ -96,6 +96,10 @@ class TrainmateMagics(Magics):
     @argument("--every", type=int, default=0, metavar="N", help="checkpoint every N steps")
     @argument("--keep", type=int, default=3, metavar="K", help="checkpoints to keep")
     @argument("--resume", action="store_true", help="continue from the last checkpoint")
+    @argument("--on-nan", default="off", help="off|stop|skip|rollback on a non-finite loss")
+    @argument("--patience", type=int, default=None, metavar="N", help="early stopping patience")
+    @argument("--monitor", default=None, metavar="NAME", help="metric (from log()) to watch")
+    @argument("--mode", default="min", help="min|max: which way --monitor improves")
     @argument("--display", default="auto", help="auto|widget|text|off (auto: widget in a notebook)")
     @argument(
         "--show", action="store_true", help="print the code that would run, and do not run it"
@@ -125,6 +129,10 @@ class TrainmateMagics(Magics):
                 every=args.every,
                 keep=args.keep,
                 resume=args.resume,
+                on_nan=args.on_nan,
+                patience=args.patience,
+                monitor=args.monitor,
+                mode=args.mode,
             )
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None

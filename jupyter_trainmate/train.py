@@ -15,6 +15,7 @@ from .errors import TrainmateError
 from .rewrite import SESSION, RewriteResult, RewrittenFunction, rewrite_cell
 from .runtime.checkpoint import checkpoints
 from .runtime.checkpoint import load as load_checkpoint
+from .runtime.guards import StopRun
 from .runtime.options import TrainOptions
 from .runtime.records import append_record, hyperparameters, make_record, runs_folder
 from .runtime.session import TrainSession
@@ -116,6 +117,11 @@ def run_cell(
         live.start()
         exec(code, namespace)
         outcome = "finished"
+    except StopRun as stop:
+        outcome = "stopped early"
+        session.event(f"stopped early: {stop.reason}")
+        if session.checkpoint_dir is not None:
+            session.checkpoint_after_error("stopped early")
     except KeyboardInterrupt:
         outcome = "interrupted"
         session.checkpoint_after_error("interrupted")

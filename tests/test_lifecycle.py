@@ -140,3 +140,62 @@ def test_sigkill_while_writing_leaves_the_previous_checkpoint_loadable(tmp_path:
     proc.wait()
     payload = load(tmp_path / "step-00000001.pt")
     assert payload["w"].numel() in (3, 400_000_000)  # the old file or the new one, never half
+
+
+NAN_LOOP = """
+for epoch in range(2):
+    for xb, yb in loader:
+        step_counter += 1
+        opt.zero_grad()
+        loss = loss_fn(model(xb), yb)
+        if step_counter == 5:
+            loss = loss * float("nan")
+        loss.backward()
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize("policy", ["skip", "rollback"])
+def test_nan_is_skipped_or_rolled_back_and_weights_stay_finite(policy: str) -> None:
+    ip = run([COMMON + "\nstep_counter = 0\n", NAN_LOOP], f"--on-nan {policy} --display off")
+    assert all(torch.isfinite(t).all() for t in weights(ip).values())
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "finished"
+    (event,) = [e for e in summary.events if "non-finite loss at step 5" in e]
+    assert ("rolled back" in event) is (policy == "rollback")
+    assert summary.optimizer_steps == 15  # one update dropped
+
+
+def test_nan_without_a_guard_poisons_the_weights() -> None:
+    ip = run([COMMON + "\nstep_counter = 0\n", NAN_LOOP], "--display off")
+    assert not all(torch.isfinite(t).all() for t in weights(ip).values())
+
+
+def test_nan_stop_names_the_step_even_when_noticed_late() -> None:
+    with pytest.raises(UsageError, match="--on-nan stop: non-finite loss at step 5"):
+        run([COMMON + "\nstep_counter = 0\n", NAN_LOOP], "--on-nan stop --display off")
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "failed"
+
+
+def test_early_stopping_stops_at_the_expected_epoch() -> None:
+    loop = """
+import jupyter_trainmate
+scripted = [0.9, 0.7, 0.6, 0.65, 0.62, 0.61, 0.5, 0.4]
+epochs_run = 0
+for epoch in range(8):
+    for xb, yb in loader:
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        opt.step()
+    epochs_run += 1
+    jupyter_trainmate.log(val_loss=scripted[epoch])
+"""
+    ip = run([COMMON, loop], "--patience 3 --monitor val_loss --mode min --display off")
+    assert ip.user_ns["epochs_run"] == 6  # best 0.6 at epoch 3; 3 reports without improvement
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "stopped early"
+    assert any("val_loss=0.61: no improvement on 0.6 in 3 report(s)" in e for e in summary.events)

@@ -31,6 +31,10 @@ class TrainOptions:
     every: int = 0  # steps between checkpoints; 0: at epoch ends (and on interrupt/error) only
     keep: int = 3
     resume: bool = False
+    on_nan: str = "off"  # off | stop | skip | rollback
+    patience: int | None = None
+    monitor: str | None = None
+    mode: str = "min"
 
     def __post_init__(self) -> None:
         if self.amp not in AMP_MODES:
@@ -55,6 +59,14 @@ class TrainOptions:
             raise TrainmateError("--every/--resume need --checkpoint DIR")
         if self.checkpoint is not None and self.accumulate > 1:
             raise TrainmateError("--checkpoint with --accumulate is not supported yet")
+        if self.on_nan not in ("off", "stop", "skip", "rollback"):
+            raise TrainmateError(f"--on-nan {self.on_nan}: choose one of off, stop, skip, rollback")
+        if (self.patience is None) != (self.monitor is None):
+            raise TrainmateError("--patience and --monitor go together")
+        if self.patience is not None and self.patience < 1:
+            raise TrainmateError(f"--patience {self.patience}: must be 1 or more")
+        if self.mode not in ("min", "max"):
+            raise TrainmateError(f"--mode {self.mode}: min or max")
         if self.accumulate < 1:
             raise TrainmateError(f"--accumulate {self.accumulate}: must be 1 or more")
         if self.clip is not None and not self.clip > 0:

@@ -39,6 +39,7 @@ from .checkpoint import (
     set_rng_state,
     trainable_objects,
 )
+from .guards import EarlyStopping, NanGuard
 from .loader import LoaderInfo, loader_info
 from .options import TrainOptions
 from .prefetch import CudaPrefetcher, ThreadPrefetcher
@@ -89,6 +90,8 @@ class _Batches:
             return session._resumed_epoch(iterable, remaining)
         if session.checkpoint_dir is not None:
             session._epoch_rng = rng_state()  # before iter() draws: resume redraws this order
+        if session.nan_guard.policy == "rollback":
+            session.nan_guard.remember(trainable_objects(session._namespace))
         if session.options.tune_loader and isinstance(iterable, torch.utils.data.DataLoader):
             tuner = session._tuner(iterable)
             if tuner is not None:
@@ -160,6 +163,13 @@ class TrainSession:
         self._ckpt_epoch = 0
         self._in_epoch_done = 0  # batches completed in the current epoch (checkpointing only)
         self._resume: dict[str, Any] | None = None
+        self.nan_guard = NanGuard(options.on_nan)
+        self.early_stopping = (
+            EarlyStopping(options.monitor, options.patience, options.mode)
+            if options.monitor is not None and options.patience is not None
+            else None
+        )
+        self._drop_step = False  # a guarded loss was not finite: no update for this batch
         self.logged: dict[str, float] = {}
         self.skipped_steps = 0
         self._instrumented = instrumented
@@ -277,6 +287,17 @@ class TrainSession:
         self.event(f"resumed after {position} batches of the epoch in progress")
         return self._iterate(self._source(source), remaining, done=position)
 
+    def _on_bad_loss(self) -> None:
+        guard, step = self.nan_guard, self.timer.totals.steps
+        guard.skipped += 1
+        self._drop_step = True
+        if guard.policy == "rollback" and guard.roll_back(trainable_objects(self._namespace)):
+            self.event(
+                f"non-finite loss at step {step}: rolled back to the epoch's start, batch dropped"
+            )
+        else:
+            self.event(f"non-finite loss at step {step}: batch skipped (--on-nan {guard.policy})")
+
     def event(self, text: str) -> None:
         """Something the user should see: shown by the display, kept in the summary."""
         self.events.append(text)
@@ -306,6 +327,8 @@ class TrainSession:
         step = self.timer.totals.steps
         for listener in self.on_log:
             listener(step, values)
+        if self.early_stopping is not None:
+            self.early_stopping.update(values)
 
     def start(self) -> None:
         global _active
@@ -476,6 +499,8 @@ class TrainSession:
                     self._last_batch = remaining == 0
                 yield batch
                 before()
+            if self.nan_guard.policy == "stop":
+                self.nan_guard.check_pending()
         finally:
             if fetched:
                 self.epochs_seen += 1  # an iter() that fetched nothing (tqdm's spare one): no epoch
@@ -497,6 +522,10 @@ class TrainSession:
         if not isinstance(loss, torch.Tensor):  # torch.autograd.backward(...) and the like
             return loss.backward(*args, **kwargs)
         self._last_loss = loss  # read (and synchronised) only by the status writer, 1/s
+        guard = self.nan_guard
+        if guard.policy != "off" and not guard.watch(self.timer.totals.steps, loss):
+            self._on_bad_loss()
+            return None
         if self._update_pending and self.scaler is not None:
             # Once per iteration, before the next scale(): every optimizer stepped with one scale.
             self.scaler.update()
@@ -566,6 +595,10 @@ class TrainSession:
         if args or kwargs:  # a closure (LBFGS): it runs forward and backward itself
             return optimizer.step(*args, **kwargs)
         if self.accumulate > 1 and not self._at_boundary:
+            return None
+        if self._drop_step:
+            self._drop_step = False
+            optimizer.zero_grad(set_to_none=True)
             return None
         if self.options.clip is not None:
             self._unscale(optimizer)

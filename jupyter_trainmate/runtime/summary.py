@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Outcome = Literal["finished", "interrupted", "failed"]
+Outcome = Literal["finished", "interrupted", "failed", "stopped early"]
 
 
 @dataclass(frozen=True)

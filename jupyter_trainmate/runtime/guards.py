@@ -1,0 +1,108 @@
+"""
+Guards of a run: NaN/inf losses (`--on-nan stop|skip|rollback`) and early stopping
+(`--patience N --monitor NAME --mode min|max` on metrics from `jupyter_trainmate.log`).
+
+When a NaN is seen: `stop` keeps the loss flags on the device and reads them every
+`STOP_CHECK_EVERY` steps, so it costs no host-device synchronisation per step and may notice up to
+that many steps late (the run stops there, the step is named). `skip` and `rollback` must decide
+before the optimizer steps, so they read the flag on every step (a synchronisation on a GPU, free on
+a CPU): `skip` drops that batch's update; `rollback` also restores the last good weights and
+optimizer state (kept in memory at the start of each epoch) and drops the batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..errors import TrainmateError
+
+STOP_CHECK_EVERY = 16
+
+
+class StopRun(Exception):
+    """Raised inside the cell to end the run early; `%%train` catches it."""
+
+    def __init__(self, outcome: str, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome = outcome
+        self.reason = reason
+
+
+class NanDetected(TrainmateError):
+    """`--on-nan stop` found a non-finite loss; the run fails with this one-line reason."""
+
+
+@dataclass
+class NanGuard:
+    policy: str  # "off" | "stop" | "skip" | "rollback"
+    pending: list[tuple[int, torch.Tensor]] = field(default_factory=list)
+    skipped: int = 0
+    snapshot: dict[str, Any] | None = None
+
+    def watch(self, step: int, loss: torch.Tensor) -> bool:
+        """Called with each loss before backward; False: drop this step (skip/rollback)."""
+        if self.policy == "stop":
+            self.pending.append((step, torch.isfinite(loss.detach()).all()))
+            if len(self.pending) >= STOP_CHECK_EVERY:
+                self.check_pending()
+            return True
+        return bool(torch.isfinite(loss.detach()).all())
+
+    def check_pending(self) -> None:
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        flags = torch.stack([flag for _, flag in pending]).cpu()  # one synchronisation for all
+        for (step, _), ok in zip(pending, flags.tolist(), strict=True):
+            if not ok:
+                raise NanDetected(f"--on-nan stop: non-finite loss at step {step}")
+
+    def remember(self, objects: dict[str, dict[str, Any]]) -> None:
+        """Keep the models' and optimizers' states (rollback's last good state)."""
+        self.snapshot = {
+            kind: {name: copy.deepcopy(obj.state_dict()) for name, obj in found.items()}
+            for kind, found in objects.items()
+            if kind in ("models", "optimizers")
+        }
+
+    def roll_back(self, objects: dict[str, dict[str, Any]]) -> bool:
+        if self.snapshot is None:
+            return False
+        for kind, states in self.snapshot.items():
+            for name, state in states.items():
+                target = objects[kind].get(name)
+                if target is not None:
+                    target.load_state_dict(copy.deepcopy(state))
+        return True
+
+
+@dataclass
+class EarlyStopping:
+    monitor: str
+    patience: int
+    mode: str = "min"
+    best: float = math.nan
+    bad: int = 0
+
+    def update(self, values: dict[str, float]) -> None:
+        if self.monitor not in values:
+            return
+        value = values[self.monitor]
+        better = math.isnan(self.best) or (
+            value < self.best if self.mode == "min" else value > self.best
+        )
+        if better:
+            self.best, self.bad = value, 0
+            return
+        self.bad += 1
+        if self.bad >= self.patience:
+            raise StopRun(
+                "stopped early",
+                f"{self.monitor}={value:.4g}: no improvement on {self.best:.4g} in {self.bad} "
+                f"report(s) (--patience {self.patience}, --mode {self.mode})",
+            )
