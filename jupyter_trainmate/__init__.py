@@ -37,6 +37,18 @@ printed every 10 s instead (`--display auto|widget|text|off`).
 own batches, N per setting, reports the speed-up of each and keeps the fastest: the batches and
 their order are exactly the plain loop's.
 
+Runs survive: `--checkpoint [DIR]` (default `checkpoints/` beside the notebook) saves every
+model, optimizer, scheduler and GradScaler the notebook holds, the random generators and the
+position in the loader at each epoch's end, every `--every N` steps (keeping `--keep K`), and on
+Ctrl-C or an exception; `%%train --checkpoint DIR --resume` (the same cell run again) continues
+mid-epoch without repeating or skipping a batch, bit-identically on a CPU. Writes are atomic and
+happen on a background thread; loads use `torch.load(weights_only=True)`. `--on-nan
+stop|skip|rollback` guards against non-finite losses (`stop` reads device flags every 16 steps, so
+it may notice up to 16 steps late, and names the step); `--patience N --monitor NAME --mode
+min|max` stops early on metrics reported with `jupyter_trainmate.log()`. Every run appends a
+record to `runs/runs.jsonl` beside the notebook; `trainmate runs` (or `%trainmate runs`) shows
+them, `trainmate runs --markdown README.md` keeps a table of them in a Markdown file.
+
 Options: `--amp auto|bf16|fp16|off` (auto: bf16 on GPUs that have it, fp16 with a GradScaler on
 older ones, off on the CPU), `--device auto|cpu|cuda|cuda:N|mps` (auto: where the model's
 parameters are), `--accumulate N` (N micro-batches per optimizer step, loss scaled, zero_grad and

@@ -14,6 +14,7 @@ import contextlib
 import os
 import random
 import tempfile
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,53 @@ def save_atomically(payload: dict[str, Any], path: Path) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def snapshot_state(obj: Any) -> Any:
+    """A copy of a state dict that later training steps cannot change (tensors cloned to CPU)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: snapshot_state(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(snapshot_state(v) for v in obj)
+    return obj
+
+
+class CheckpointWriter:
+    """Writes checkpoints on a background thread, one at a time and in order.
+
+    The training thread only copies the states (fast); serialising and fsync, the slow part,
+    overlap with the next steps. `wait()` returns when everything handed over is on disk (and
+    re-raises a failed write), and is called before resuming, at the end of a run and on errors.
+    """
+
+    def __init__(self, keep: int) -> None:
+        self._keep = keep
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def submit(self, payload: dict[str, Any], path: Path) -> None:
+        self.wait()
+        self._thread = threading.Thread(
+            target=self._write, args=(payload, path), name="trainmate-checkpoint", daemon=True
+        )
+        self._thread.start()
+
+    def _write(self, payload: dict[str, Any], path: Path) -> None:
+        try:
+            save_atomically(payload, path)
+            prune(path.parent, self._keep)
+        except BaseException as exc:  # handed to the training thread by wait()
+            self._error = exc
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise TrainmateError(f"checkpoint not written: {error}") from None
 
 
 def load(path: Path) -> dict[str, Any]:

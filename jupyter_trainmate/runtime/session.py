@@ -32,10 +32,9 @@ from .batch import batch_size
 from .checkpoint import FORMAT as CHECKPOINT_FORMAT
 from .checkpoint import VERSION as CHECKPOINT_VERSION
 from .checkpoint import (
+    CheckpointWriter,
     checkpoints,
-    prune,
     rng_state,
-    save_atomically,
     set_rng_state,
     trainable_objects,
 )
@@ -163,6 +162,8 @@ class TrainSession:
         self._ckpt_epoch = 0
         self._in_epoch_done = 0  # batches completed in the current epoch (checkpointing only)
         self._resume: dict[str, Any] | None = None
+        self._writer = CheckpointWriter(options.keep)
+        self._checkpoint_number: int | None = None
         self.nan_guard = NanGuard(options.on_nan)
         self.early_stopping = (
             EarlyStopping(options.monitor, options.patience, options.mode)
@@ -210,16 +211,16 @@ class TrainSession:
             "position": position,
             "steps": self.timer.totals.steps,
         }
-        path = self.checkpoint_dir / f"step-{self._checkpoint_counter():08d}.pt"
-        save_atomically(payload, path)
-        prune(self.checkpoint_dir, self.options.keep)
+        if self._checkpoint_number is None:
+            existing = checkpoints(self.checkpoint_dir)
+            self._checkpoint_number = (
+                int(existing[-1].stem.removeprefix("step-")) if existing else 0
+            )
+        self._checkpoint_number += 1
+        path = self.checkpoint_dir / f"step-{self._checkpoint_number:08d}.pt"
+        self._writer.submit(payload, path)
         self.last_checkpoint = path
         return path
-
-    def _checkpoint_counter(self) -> int:
-        existing = checkpoints(self.checkpoint_dir) if self.checkpoint_dir else []
-        last = int(existing[-1].stem.removeprefix("step-")) if existing else 0
-        return last + 1
 
     def checkpoint_after_error(self, what: str) -> None:
         """On Ctrl-C or an exception: save the last complete step and say how to continue."""
@@ -237,6 +238,7 @@ class TrainSession:
             f"{what} in epoch {epoch + 1} after {done} batches: checkpoint {path}; "
             "continue with %%train --resume"
         )
+        self._writer.wait()
 
     def resume_from(self, payload: dict[str, Any]) -> None:
         """Load a checkpoint's states into the notebook's objects (before the cell runs)."""
@@ -342,6 +344,7 @@ class TrainSession:
     def close(self, outcome: Outcome) -> RunSummary:
         """Undo everything the session set up and record the run's summary."""
         try:
+            self._writer.wait()  # every checkpoint handed over is on disk
             if self._update_pending and self.scaler is not None:
                 self.scaler.update()
             totals = self.timer.finish()
