@@ -3,12 +3,11 @@ up to date between markers in a file (idempotent: the same records give the same
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from .errors import TrainmateError
+from .runtime.files import write_text_atomically
 from .runtime.records import read_records
 
 START = "<!-- trainmate:runs:start -->"
@@ -73,10 +72,7 @@ def update_markdown(path: Path, records: list[dict[str, Any]]) -> bool:
         )
     if new == old:
         return False
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(new)
-    Path(tmp).replace(path)
+    write_text_atomically(path, new)
     return True
 
 

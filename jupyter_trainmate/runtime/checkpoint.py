@@ -11,9 +11,7 @@ so a process killed mid-write leaves the previous checkpoint whole. Loads use
 from __future__ import annotations
 
 import contextlib
-import os
 import random
-import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +21,7 @@ import numpy as np
 import torch
 
 from ..errors import TrainmateError
+from .files import write_atomically
 
 FORMAT = "jupyter_trainmate.checkpoint"
 VERSION = 1
@@ -68,24 +67,8 @@ def trainable_objects(namespace: Mapping[str, object]) -> dict[str, dict[str, An
 
 
 def save_atomically(payload: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            Path(tmp).unlink()
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    """torch.save to `path` atomically and durably (a killed writer leaves the old file)."""
+    write_atomically(path, lambda f: torch.save(payload, f), durable=True)
 
 
 def snapshot_state(obj: Any) -> Any:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -19,6 +18,7 @@ from typing import Any
 
 import psutil
 
+from .files import write_text_atomically
 from .summary import RunProgress
 
 STATUS_SUBDIR = "trainmate-runs"
@@ -37,19 +37,6 @@ def notebook_path(namespace: Mapping[str, object]) -> str | None:
     """The notebook a kernel runs, as the Jupyter server told it (None in a plain IPython)."""
     path = os.environ.get("JPY_SESSION_NAME") or namespace.get("__session__")
     return str(path) if path else None
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` so a reader sees the old file or the new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        Path(tmp).replace(path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            Path(tmp).unlink()
-        raise
 
 
 class StatusWriter:
@@ -86,7 +73,7 @@ class StatusWriter:
 
     def write(self) -> None:
         record = {**self._identity, **asdict(self._progress()), "updated": time.time()}
-        write_atomically(self.path, json.dumps(record))
+        write_text_atomically(self.path, json.dumps(record))
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
