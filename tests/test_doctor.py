@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from jupyter_trainmate.doctor import Finding, run_checks
-from jupyter_trainmate.doctor.checks import suggested_num_workers, system_findings
+from jupyter_trainmate.doctor.checks import read_gpus, suggested_num_workers, system_findings
 from jupyter_trainmate.doctor.report import passed, to_table
 from jupyter_trainmate.doctor.storage import storage_findings
+from jupyter_trainmate.monitor import GpuReport, GpuSample
 from jupyter_trainmate.monitor.host import cgroup_cpu_limit, cgroup_memory_limit, usable_cpus
-from jupyter_trainmate.monitor.nvml import NvmlGpu, NvmlReport, read_nvml
 
 
 def by_check(findings: list[Finding]) -> dict[str, Finding]:
@@ -44,7 +44,7 @@ def test_cuda_answer_matches_torch(findings: dict[str, Finding]) -> None:
 
 
 def test_no_nvml_is_a_normal_answer(findings: dict[str, Finding]) -> None:
-    report = read_nvml()
+    report = read_gpus()
     if report.available:
         pytest.skip("this machine has NVML; see test_gpu_rows_from_nvml")
     assert findings["gpu"].status == "ok"
@@ -75,11 +75,12 @@ def test_num_workers_rule() -> None:
     assert suggested_num_workers(32, 4) == 7
 
 
-def fake_nvml(*ccs: tuple[int, int]) -> NvmlReport:
+def fake_nvml(*ccs: tuple[int, int]) -> GpuReport:
     gpus = tuple(
-        NvmlGpu(i, f"Fake GPU {i}", f"GPU-{i}", 80 * 1024**3, cc) for i, cc in enumerate(ccs)
+        GpuSample(i, f"Fake GPU {i}", f"GPU-{i}", 10.0, 0, 80 * 1024**3, 40.0, 100.0, 300.0, (), cc)
+        for i, cc in enumerate(ccs)
     )
-    return NvmlReport(True, driver_version="575.51", cuda_driver_version="12.9", gpus=gpus)
+    return GpuReport(True, "fake", driver_version="575.51", cuda_driver_version="12.9", gpus=gpus)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-torch-on-a-GPU-machine path")

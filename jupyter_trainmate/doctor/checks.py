@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 import psutil
 
+from ..monitor import GpuReport
 from ..monitor.host import cgroup_cpu_limit, cgroup_memory_limit, usable_cpus
-from ..monitor.nvml import NvmlReport, read_nvml
+from ..monitor.nvml import NvmlSource
 
 Status = Literal["ok", "warn", "fail"]
 GiB = 1024**3
@@ -60,7 +61,7 @@ def _torch_build(torch: ModuleType) -> Finding:
     )
 
 
-def _cuda(torch: ModuleType, nvml: NvmlReport) -> Finding:
+def _cuda(torch: ModuleType, nvml: GpuReport) -> Finding:
     cuda_build = torch.version.cuda
     available = bool(torch.cuda.is_available())
     data = {"available": available, "device_count": torch.cuda.device_count() if available else 0}
@@ -118,7 +119,7 @@ def _cudnn(torch: ModuleType) -> Finding:
     return Finding("cudnn", "ok", "not used (CPU build)", "", {"version": None})
 
 
-def _gpus(torch: ModuleType, nvml: NvmlReport) -> list[Finding]:
+def _gpus(torch: ModuleType, nvml: GpuReport) -> list[Finding]:
     if not nvml.available:
         return [
             Finding("gpu", "ok", f"none ({nvml.reason})", "", {"gpus": [], "reason": nvml.reason})
@@ -151,7 +152,7 @@ def _gpus(torch: ModuleType, nvml: NvmlReport) -> list[Finding]:
     return found
 
 
-def _tf32(torch: ModuleType, nvml: NvmlReport) -> Finding:
+def _tf32(torch: ModuleType, nvml: GpuReport) -> Finding:
     precision = torch.get_float32_matmul_precision()
     data = {"float32_matmul_precision": precision}
     ampere = any((g.compute_capability or (0, 0)) >= (8, 0) for g in nvml.gpus)
@@ -223,7 +224,7 @@ def suggested_num_workers(cpus: int, gpus: int) -> int:
     return max(0, min(8, per_process - 1))
 
 
-def _cpu(nvml: NvmlReport) -> Finding:
+def _cpu(nvml: GpuReport) -> Finding:
     usable = usable_cpus()
     quota = cgroup_cpu_limit()
     workers = suggested_num_workers(usable, len(nvml.gpus))
@@ -292,7 +293,15 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isdigit())
 
 
-def system_findings(nvml_reader: Callable[[], NvmlReport] = read_nvml) -> list[Finding]:
+def read_gpus() -> GpuReport:
+    source = NvmlSource()
+    try:
+        return source.sample()
+    finally:
+        source.close()
+
+
+def system_findings(nvml_reader: Callable[[], GpuReport] = read_gpus) -> list[Finding]:
     """Every machine-wide check, in the order a practitioner reads them."""
     nvml = nvml_reader()
     findings = [_python()]

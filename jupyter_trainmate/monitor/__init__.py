@@ -35,6 +35,7 @@ class GpuSample:
     power_w: float | None
     power_limit_w: float | None
     mig: tuple[MigSample, ...] = ()
+    compute_capability: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class GpuReport:
     source: str  # "nvml" or "fake"
     reason: str = ""
     driver_version: str = ""
+    cuda_driver_version: str = ""  # the newest CUDA the driver supports, "12.9"
     gpus: tuple[GpuSample, ...] = field(default=())
 
 

@@ -1,87 +1,21 @@
 """
 NVIDIA GPUs through NVML (the `pynvml` module of the `nvidia-ml-py` distribution).
 
-No driver, no library or no GPU is an answer (`NvmlReport.available` false, with the reason),
-never an exception and never a row of zeros.
+No driver, no library or no GPU is an answer (`GpuReport.available` false, with the reason),
+never an exception and never a row of zeros. `trainmate doctor`, the sampler of the live display
+and the sidebar's server all read NVML through `NvmlSource`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from . import GpuReport, GpuSample, MigSample
 
 
-@dataclass(frozen=True)
-class NvmlGpu:
-    """One GPU as NVML sees it."""
-
-    index: int
-    name: str
-    uuid: str
-    memory_total_bytes: int
-    compute_capability: tuple[int, int] | None
-
-
-@dataclass(frozen=True)
-class NvmlReport:
-    """What NVML says about this machine."""
-
-    available: bool
-    reason: str = ""
-    driver_version: str = ""
-    cuda_driver_version: str = ""
-    gpus: tuple[NvmlGpu, ...] = ()
-
-
 def _text(value: Any) -> str:
     # Old nvidia-ml-py releases return bytes, new ones str.
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def read_nvml() -> NvmlReport:
-    """Query NVML once: driver and every GPU. Initialises and shuts NVML down around the query."""
-    try:
-        import pynvml
-    except ImportError as exc:
-        return NvmlReport(False, f"nvidia-ml-py is not installed ({exc})")
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return NvmlReport(False, f"NVML could not start: {exc} (no NVIDIA driver on this machine?)")
-    try:
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            try:
-                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-                cc: tuple[int, int] | None = (int(major), int(minor))
-            except pynvml.NVMLError:
-                cc = None
-            gpus.append(
-                NvmlGpu(
-                    index=index,
-                    name=_text(pynvml.nvmlDeviceGetName(handle)),
-                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-                    memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
-                    compute_capability=cc,
-                )
-            )
-    except pynvml.NVMLError as exc:
-        return NvmlReport(False, f"NVML query failed: {exc}")
-    finally:
-        pynvml.nvmlShutdown()
-    if not gpus:
-        return NvmlReport(False, "NVML runs but reports no GPU", driver)
-    return NvmlReport(
-        True,
-        driver_version=driver,
-        cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
-        gpus=tuple(gpus),
-    )
 
 
 class NvmlSource:
@@ -106,12 +40,16 @@ class NvmlSource:
             return GpuReport(False, "nvml", self._reason)
         try:
             driver = _text(nv.nvmlSystemGetDriverVersion())
+            cuda = self._optional(nv.nvmlSystemGetCudaDriverVersion_v2)
             gpus = tuple(self._gpu(nv, i) for i in range(nv.nvmlDeviceGetCount()))
         except nv.NVMLError as exc:
             return GpuReport(False, "nvml", f"NVML query failed: {exc}")
         if not gpus:
             return GpuReport(False, "nvml", "NVML runs but reports no GPU", driver)
-        return GpuReport(True, "nvml", driver_version=driver, gpus=gpus)
+        cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else ""
+        return GpuReport(
+            True, "nvml", driver_version=driver, cuda_driver_version=cuda_text, gpus=gpus
+        )
 
     @staticmethod
     def _optional(fn: Any, *args: Any) -> Any:
@@ -138,7 +76,12 @@ class NvmlSource:
             power_w=power / 1000.0 if power is not None else None,
             power_limit_w=limit / 1000.0 if limit is not None else None,
             mig=self._mig(nv, handle),
+            compute_capability=self._capability(nv, handle),
         )
+
+    def _capability(self, nv: Any, handle: Any) -> tuple[int, int] | None:
+        found = self._optional(nv.nvmlDeviceGetCudaComputeCapability, handle)
+        return (int(found[0]), int(found[1])) if found else None
 
     def _mig(self, nv: Any, handle: Any) -> tuple[MigSample, ...]:
         mode = self._optional(nv.nvmlDeviceGetMigMode, handle)
