@@ -212,9 +212,19 @@ def test_quickstart_widget_updates_while_the_train_cell_runs(tmp_path: Path) -> 
         (lab.root / "quickstart.ipynb").write_text(notebook.read_text())
         page.goto(lab.lab_url("lab/tree/quickstart.ipynb"), wait_until="domcontentloaded")
         page.locator(".jp-Notebook").wait_for(timeout=60_000)
-        page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=60_000)
-        page.get_by_role("menuitem", name="Run", exact=True).click()
-        page.get_by_text("Run All Cells", exact=True).click()
+        # The kernel is connected and idle (the status bar says so), then Run > Run All Cells;
+        # retried once if the click landed before the notebook was ready to run.
+        page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=60_000)
+        for _ in range(2):
+            page.get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            try:
+                page.locator(
+                    ".jp-InputPrompt:has-text('[*]'), .jp-InputPrompt:has-text('[1]')"
+                ).first.wait_for(timeout=10_000)
+                break
+            except Exception:
+                continue
         widget = page.locator(".trainmate-widget")
         widget.wait_for(timeout=60_000)
         # While it runs: the progress text and the chart change between two looks.
