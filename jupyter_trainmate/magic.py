@@ -97,6 +97,10 @@ class TrainmateMagics(Magics):
     @argument("--keep", type=int, default=3, metavar="K", help="checkpoints to keep")
     @argument("--resume", action="store_true", help="continue from the last checkpoint")
     @argument("--on-nan", default="off", help="off|stop|skip|rollback on a non-finite loss")
+    @argument("--on-spike", default="off", help="off|warn|skip|rollback on a gradient-norm spike")
+    @argument(
+        "--spike-factor", type=float, default=10.0, metavar="X", help="spike: X times the median"
+    )
     @argument("--patience", type=int, default=None, metavar="N", help="early stopping patience")
     @argument("--monitor", default=None, metavar="NAME", help="metric (from log()) to watch")
     @argument("--mode", default="min", help="min|max: which way --monitor improves")
@@ -130,6 +134,8 @@ class TrainmateMagics(Magics):
                 keep=args.keep,
                 resume=args.resume,
                 on_nan=args.on_nan,
+                on_spike=args.on_spike,
+                spike_factor=args.spike_factor,
                 patience=args.patience,
                 monitor=args.monitor,
                 mode=args.mode,

@@ -199,3 +199,42 @@ for epoch in range(8):
     assert summary is not None
     assert summary.outcome == "stopped early"
     assert any("val_loss=0.61: no improvement on 0.6 in 3 report(s)" in e for e in summary.events)
+
+
+SPIKE_LOOP = """
+for epoch in range(2):
+    for xb, yb in loader:
+        step_counter += 1
+        opt.zero_grad()
+        loss = loss_fn(model(xb), yb)
+        if step_counter == 13:
+            loss = loss * 1000.0
+        loss.backward()
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize("policy", ["warn", "skip", "rollback"])
+def test_gradient_spike_is_noticed_under_each_policy(policy: str) -> None:
+    ip = run([COMMON + "\nstep_counter = 0\n", SPIKE_LOOP], f"--on-spike {policy} --display off")
+    summary = last_run()
+    assert summary is not None
+    spikes = [e for e in summary.events if "gradient norm" in e]
+    # warn lets the huge update through, so later steps may spike too; the first is step 13
+    assert len(spikes) == 1 or policy == "warn"
+    event = spikes[0]
+    assert "at step 13 is" in event
+    assert "x the running median" in event
+    assert summary.optimizer_steps == (16 if policy == "warn" else 15)
+    assert ("rolled back" in event) is (policy == "rollback")
+    assert all(torch.isfinite(t).all() for t in weights(ip).values())
+
+
+def test_no_spike_no_event_and_same_weights() -> None:
+    loop = SPIKE_LOOP.replace("loss * 1000.0", "loss")
+    plain = weights(run([COMMON + "\nstep_counter = 0\n", loop], None))
+    ip = run([COMMON + "\nstep_counter = 0\n", loop], "--on-spike skip --display off")
+    summary = last_run()
+    assert summary is not None
+    assert not [e for e in summary.events if "gradient norm" in e]
+    assert all(torch.equal(v, weights(ip)[k]) for k, v in plain.items())

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +81,61 @@ class NanGuard:
                 if target is not None:
                     target.load_state_dict(copy.deepcopy(state))
         return True
+
+
+@dataclass
+class SpikeGuard:
+    """Gradient-norm spikes: a norm over `factor` times the running median of recent norms.
+
+    `warn` keeps the norms on the device and reads them every `STOP_CHECK_EVERY` steps (no
+    per-step synchronisation; the warning names the step); `skip` and `rollback` read each norm
+    before the optimizer steps.
+    """
+
+    policy: str  # "off" | "warn" | "skip" | "rollback"
+    factor: float = 10.0
+    history: deque[float] = field(default_factory=lambda: deque(maxlen=100))
+    pending: list[tuple[int, torch.Tensor]] = field(default_factory=list)
+    min_history: int = 10
+
+    def _is_spike(self, norm: float) -> float | None:
+        if len(self.history) < self.min_history or not math.isfinite(norm):
+            return None
+        median = statistics.median(self.history)
+        return median if median > 0 and norm > self.factor * median else None
+
+    def observe(self, step: int, params: list[torch.Tensor]) -> str | None:
+        """Called before an optimizer step; returns a message when this step must be dropped."""
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            return None
+        norm = torch.nn.utils.get_total_norm(grads)
+        if self.policy == "warn":
+            self.pending.append((step, norm.detach()))
+            return None
+        value = float(norm)
+        median = self._is_spike(value)
+        if median is not None:
+            return f"gradient norm {value:.3g} at step {step} is {value / median:.0f}x the running median {median:.3g}"
+        if math.isfinite(value):
+            self.history.append(value)
+        return None
+
+    def check_pending(self) -> list[str]:
+        pending, self.pending = self.pending, []
+        if not pending:
+            return []
+        values = torch.stack([n for _, n in pending]).cpu().tolist()
+        messages = []
+        for (step, _), value in zip(pending, values, strict=True):
+            median = self._is_spike(value)
+            if median is not None:
+                messages.append(
+                    f"gradient norm {value:.3g} at step {step} is {value / median:.0f}x the running median {median:.3g}"
+                )
+            elif math.isfinite(value):
+                self.history.append(value)
+        return messages
 
 
 @dataclass

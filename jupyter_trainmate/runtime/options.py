@@ -32,6 +32,8 @@ class TrainOptions:
     keep: int = 3
     resume: bool = False
     on_nan: str = "off"  # off | stop | skip | rollback
+    on_spike: str = "off"  # off | warn | skip | rollback
+    spike_factor: float = 10.0
     patience: int | None = None
     monitor: str | None = None
     mode: str = "min"
@@ -61,6 +63,12 @@ class TrainOptions:
             raise TrainmateError("--checkpoint with --accumulate is not supported yet")
         if self.on_nan not in ("off", "stop", "skip", "rollback"):
             raise TrainmateError(f"--on-nan {self.on_nan}: choose one of off, stop, skip, rollback")
+        if self.on_spike not in ("off", "warn", "skip", "rollback"):
+            raise TrainmateError(
+                f"--on-spike {self.on_spike}: choose one of off, warn, skip, rollback"
+            )
+        if not self.spike_factor > 1:
+            raise TrainmateError(f"--spike-factor {self.spike_factor}: must be more than 1")
         if (self.patience is None) != (self.monitor is None):
             raise TrainmateError("--patience and --monitor go together")
         if self.patience is not None and self.patience < 1:

@@ -38,7 +38,7 @@ from .checkpoint import (
     set_rng_state,
     trainable_objects,
 )
-from .guards import EarlyStopping, NanGuard
+from .guards import STOP_CHECK_EVERY, EarlyStopping, NanGuard, SpikeGuard
 from .loader import LoaderInfo, loader_info
 from .options import TrainOptions
 from .prefetch import CudaPrefetcher, ThreadPrefetcher
@@ -89,7 +89,7 @@ class _Batches:
             return session._resumed_epoch(iterable, remaining)
         if session.checkpoint_dir is not None:
             session._epoch_rng = rng_state()  # before iter() draws: resume redraws this order
-        if session.nan_guard.policy == "rollback":
+        if "rollback" in (session.nan_guard.policy, session.spike_guard.policy):
             session.nan_guard.remember(trainable_objects(session._namespace))
         if session.options.tune_loader and isinstance(iterable, torch.utils.data.DataLoader):
             tuner = session._tuner(iterable)
@@ -171,6 +171,7 @@ class TrainSession:
             else None
         )
         self._drop_step = False  # a guarded loss was not finite: no update for this batch
+        self.spike_guard = SpikeGuard(options.on_spike, options.spike_factor)
         self.logged: dict[str, float] = {}
         self.skipped_steps = 0
         self._instrumented = instrumented
@@ -288,6 +289,25 @@ class TrainSession:
         set_rng_state(resume["rng"])  # then every draw continues where the run stopped
         self.event(f"resumed after {position} batches of the epoch in progress")
         return self._iterate(self._source(source), remaining, done=position)
+
+    def _spike(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether this optimizer step is a gradient spike to drop (skip/rollback)."""
+        self._unscale(optimizer)  # norms of real gradients, not of GradScaler-scaled ones
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        guard, step = self.spike_guard, self.timer.totals.steps
+        message = guard.observe(step, params)
+        if len(guard.pending) >= STOP_CHECK_EVERY:
+            for late in guard.check_pending():
+                self.event(late)
+        if message is None:
+            return False
+        if guard.policy == "rollback" and self.nan_guard.roll_back(
+            trainable_objects(self._namespace)
+        ):
+            self.event(message + ": rolled back to the epoch's start, update dropped")
+        else:
+            self.event(message + ": update skipped")
+        return True
 
     def _on_bad_loss(self) -> None:
         guard, step = self.nan_guard, self.timer.totals.steps
@@ -504,6 +524,8 @@ class TrainSession:
                 before()
             if self.nan_guard.policy == "stop":
                 self.nan_guard.check_pending()
+            for late in self.spike_guard.check_pending():
+                self.event(late)
         finally:
             if fetched:
                 self.epochs_seen += 1  # an iter() that fetched nothing (tqdm's spare one): no epoch
@@ -601,6 +623,9 @@ class TrainSession:
             return None
         if self._drop_step:
             self._drop_step = False
+            optimizer.zero_grad(set_to_none=True)
+            return None
+        if self.spike_guard.policy != "off" and self._spike(optimizer):
             optimizer.zero_grad(set_to_none=True)
             return None
         if self.options.clip is not None:
