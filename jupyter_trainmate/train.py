@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import types
+from pathlib import Path
 from typing import Any
 
 from .display.live import LiveDisplay
@@ -17,7 +18,7 @@ from .runtime.checkpoint import checkpoints
 from .runtime.checkpoint import load as load_checkpoint
 from .runtime.guards import StopRun
 from .runtime.options import TrainOptions
-from .runtime.records import append_record, hyperparameters, make_record, runs_folder
+from .runtime.records import GitLookup, append_record, hyperparameters, make_record, runs_folder
 from .runtime.session import TrainSession
 from .runtime.status import StatusWriter, notebook_path
 from .runtime.summary import Outcome, RunSummary
@@ -89,6 +90,8 @@ def run_cell(
         left_alone=tuple(str(n) for n in result.left_alone),
     )
     code = compile(result.code, filename, "exec")
+    notebook = notebook_path(namespace)
+    git = GitLookup(Path(notebook).parent if notebook else Path.cwd())
     swapped: dict[str, tuple[Any, Any]] = {}
     outcome: Outcome = "failed"
     status: StatusWriter | None = None
@@ -141,18 +144,27 @@ def run_cell(
         summary = session.close(outcome)
         if live is not None:
             live.finish(summary)
-        _record(summary, options, session, namespace)
+        _record(summary, options, session, namespace, git)
     return summary
 
 
 def _record(
-    summary: RunSummary, options: TrainOptions, session: TrainSession, namespace: dict[str, Any]
+    summary: RunSummary,
+    options: TrainOptions,
+    session: TrainSession,
+    namespace: dict[str, Any],
+    git: GitLookup,
 ) -> None:
     notebook = notebook_path(namespace)
     info = session.loader_info
     hyper = hyperparameters(namespace, info.batch_size if info else None, session.epochs_total)
     record = make_record(
-        summary, options, notebook=notebook, hyper=hyper, checkpoint=session.last_checkpoint
+        summary,
+        options,
+        notebook=notebook,
+        hyper=hyper,
+        checkpoint=session.last_checkpoint,
+        commit=git.result(),
     )
     try:
         append_record(runs_folder(notebook), record)

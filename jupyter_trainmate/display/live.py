@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 
 from ..monitor.host import usable_cpus
-from ..monitor.nvml import NvmlSource
+from ..monitor.nvml import shared_nvml
 from ..monitor.sampler import Sampler
 from ..runtime.summary import RunSummary
 from .advice import Advice, Measurements, advise
@@ -41,7 +41,7 @@ class LiveDisplay:
         self.session = session
         self.state = RunState()
         self.item_lines = item_lines
-        self.sampler = Sampler(NvmlSource())
+        self.sampler = Sampler(shared_nvml())
         if mode == "auto":
             mode = "widget" if widgets_available() else "text"
         self.view: View | None = None

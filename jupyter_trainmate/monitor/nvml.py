@@ -103,3 +103,14 @@ class NvmlSource:
         if self._nvml is not None:
             self._nvml.nvmlShutdown()
             self._nvml = None
+
+
+_shared: NvmlSource | None = None
+
+
+def shared_nvml() -> NvmlSource:
+    """One NvmlSource for the process (NVML initialised once, not once per run)."""
+    global _shared
+    if _shared is None:
+        _shared = NvmlSource()
+    return _shared
