@@ -18,7 +18,13 @@ from .runtime.checkpoint import checkpoints
 from .runtime.checkpoint import load as load_checkpoint
 from .runtime.guards import StopRun
 from .runtime.options import TrainOptions
-from .runtime.records import GitLookup, append_record, hyperparameters, make_record, runs_folder
+from .runtime.records import (
+    append_record,
+    git_commit,
+    hyperparameters,
+    make_record,
+    runs_folder,
+)
 from .runtime.session import TrainSession
 from .runtime.status import StatusWriter, notebook_path
 from .runtime.summary import Outcome, RunSummary
@@ -90,8 +96,6 @@ def run_cell(
         left_alone=tuple(str(n) for n in result.left_alone),
     )
     code = compile(result.code, filename, "exec")
-    notebook = notebook_path(namespace)
-    git = GitLookup(Path(notebook).parent if notebook else Path.cwd())
     swapped: dict[str, tuple[Any, Any]] = {}
     outcome: Outcome = "failed"
     status: StatusWriter | None = None
@@ -144,7 +148,7 @@ def run_cell(
         summary = session.close(outcome)
         if live is not None:
             live.finish(summary)
-        _record(summary, options, session, namespace, git)
+        _record(summary, options, session, namespace)
     return summary
 
 
@@ -153,7 +157,6 @@ def _record(
     options: TrainOptions,
     session: TrainSession,
     namespace: dict[str, Any],
-    git: GitLookup,
 ) -> None:
     notebook = notebook_path(namespace)
     info = session.loader_info
@@ -164,7 +167,7 @@ def _record(
         notebook=notebook,
         hyper=hyper,
         checkpoint=session.last_checkpoint,
-        commit=git.result(),
+        commit=git_commit(Path(notebook).parent if notebook else Path.cwd()),
     )
     try:
         append_record(runs_folder(notebook), record)

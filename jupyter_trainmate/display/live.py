@@ -24,10 +24,14 @@ from .state import GiB, RunState, Snapshot
 from .views import TextView, View, WidgetView, widgets_available
 
 if TYPE_CHECKING:
+    from ..runtime.status import StatusWriter
+
+if TYPE_CHECKING:
     from ..runtime.session import TrainSession
 
 DisplayMode = Literal["auto", "widget", "text", "off"]
 REFRESH_S = 0.25
+SAMPLE_S = 1.0
 
 
 class LiveDisplay:
@@ -37,8 +41,10 @@ class LiveDisplay:
         mode: str = "auto",
         title: str = "%%train",
         item_lines: tuple[int, ...] = (),
+        status: StatusWriter | None = None,
     ) -> None:
         self.session = session
+        self.status = status
         self.state = RunState()
         self.item_lines = item_lines
         self.sampler = Sampler(shared_nvml())
@@ -55,9 +61,10 @@ class LiveDisplay:
         session.on_event.append(self.state.event)
 
     def start(self) -> None:
-        self.sampler.start()
-        if self.view is not None:
-            self._thread.start()
+        # One thread per run does it all (each thread costs a run about a millisecond to start
+        # and stop): the state a few times a second, NVML/host readings and the status file
+        # once a second, the view when its throttle allows.
+        self._thread.start()
 
     def _on_log(self, step: int, values: dict[str, float]) -> None:
         self.state.log(step, values)
@@ -109,12 +116,17 @@ class LiveDisplay:
         # The state is refreshed at REFRESH_S (that is the loss curve's sampling rate); the view
         # redraws only when its throttle lets it (a few times a second, or every 10 s as text).
         view = self.view
-        assert view is not None
-        throttle = Throttle(view.interval)
+        redraw = Throttle(view.interval if view is not None else float("inf"))
+        sample = Throttle(SAMPLE_S)
         while not self._stop.wait(REFRESH_S):
-            with contextlib.suppress(Exception):  # a drawing error must never stop training
+            with contextlib.suppress(Exception):  # a reading or drawing error never stops training
+                now = time.monotonic()
+                if sample.ready(now):
+                    self.sampler.sample_once()
+                    if self.status is not None and self.status.active:
+                        self.status.write()
                 self._refresh()
-                if throttle.ready(time.monotonic()):
+                if view is not None and redraw.ready(now):
                     view.update(self.snapshot())
 
     def finish(self, summary: RunSummary) -> Snapshot:
@@ -122,7 +134,6 @@ class LiveDisplay:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
-        self.sampler.stop()
         with contextlib.suppress(Exception):
             self._refresh()
         snap = self.snapshot(summary)

@@ -2,8 +2,8 @@
 Run records: every `%%train` run appends one JSON line to `runs/runs.jsonl` beside the notebook.
 
 One `os.write` of a whole line to a file opened with O_APPEND: concurrent runs never interleave
-their lines. Readers skip a line that does not parse. The git lookup (two `git` subprocesses) runs
-on a background thread from the start of the run, so it costs the run nothing.
+their lines. Readers skip a line that does not parse. The commit is read from `.git` directly: a
+`git` subprocess would cost every run milliseconds.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ import contextlib
 import json
 import os
 import platform
-import subprocess
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -34,29 +32,37 @@ def runs_folder(notebook: str | None) -> Path:
 
 
 def git_commit(directory: Path) -> str | None:
-    """The commit the notebook's repository is at (with "-dirty" for uncommitted changes)."""
+    """The commit the repository holding `directory` is at, read from `.git` (no subprocess)."""
+    for folder in (directory, *directory.parents):
+        git = folder / ".git"
+        if git.is_file():  # a worktree or submodule: "gitdir: <path>"
+            text = git.read_text().strip()
+            git = (folder / text.removeprefix("gitdir:").strip()).resolve()
+        if git.is_dir():
+            return _resolve_head(git)
+    return None
+
+
+def _resolve_head(git: Path) -> str | None:
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=directory,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=directory,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        head = (git / "HEAD").read_text().strip()
+    except OSError:
         return None
-    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    if not head.startswith("ref:"):
+        return head or None  # detached HEAD
+    ref = head.removeprefix("ref:").strip()
+    common = git
+    with contextlib.suppress(OSError):  # worktrees keep refs in the common dir
+        common = (git / (git / "commondir").read_text().strip()).resolve()
+    for base in (git, common):
+        with contextlib.suppress(OSError):
+            return (base / ref).read_text().strip()
+        with contextlib.suppress(OSError):
+            for line in (base / "packed-refs").read_text().splitlines():
+                sha, _, name = line.partition(" ")
+                if name == ref:
+                    return sha
+    return None  # a branch with no commit yet
 
 
 def hyperparameters(
@@ -84,22 +90,6 @@ def hyperparameters(
         "epochs": epochs,
         "trained_parameters": params,
     }
-
-
-class GitLookup:
-    """`git_commit()` of a folder, started on a thread now, read when the record is written."""
-
-    def __init__(self, directory: Path) -> None:
-        self._result: str | None = None
-        self._thread = threading.Thread(target=self._run, args=(directory,), daemon=True)
-        self._thread.start()
-
-    def _run(self, directory: Path) -> None:
-        self._result = git_commit(directory)
-
-    def result(self, timeout: float = 5.0) -> str | None:
-        self._thread.join(timeout)
-        return self._result
 
 
 def make_record(

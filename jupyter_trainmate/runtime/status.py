@@ -1,6 +1,6 @@
 """
 Status files of runs in progress, for the sidebar: one small JSON file per run, rewritten about
-once a second by a background thread, atomically (temporary file, then `os.replace`), under
+once a second by the live display's thread, atomically (temporary file, then `os.replace`), under
 Jupyter's runtime directory. The server lists them; a file whose process is gone is stale.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -40,7 +39,8 @@ def notebook_path(namespace: Mapping[str, object]) -> str | None:
 
 
 class StatusWriter:
-    """Rewrites one run's status file every `interval` seconds until stopped, then removes it."""
+    """One run's status file: written at `start()`, rewritten by `write()` (the live display's
+    thread calls it about once a second), removed at `stop()`."""
 
     def __init__(
         self,
@@ -49,10 +49,8 @@ class StatusWriter:
         notebook: str | None,
         run_name: str,
         directory: Path | None = None,
-        interval: float = 1.0,
     ) -> None:
         self._progress = progress
-        self._interval = interval
         me = psutil.Process()
         self._identity: dict[str, Any] = {
             "pid": me.pid,
@@ -63,26 +61,18 @@ class StatusWriter:
         }
         self.directory = directory or status_dir()
         self.path = self.directory / f"{me.pid}-{int(self._identity['started'] * 1000)}.json"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="trainmate-status", daemon=True)
+        self.active = False
 
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.write()
-        self._thread.start()
+        self.active = True
 
     def write(self) -> None:
         record = {**self._identity, **asdict(self._progress()), "updated": time.time()}
         write_text_atomically(self.path, json.dumps(record))
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            with contextlib.suppress(Exception):  # a status file must never break training
-                self.write()
-
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        self.active = False
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
