@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -120,26 +121,10 @@ class TrainmateMagics(Magics):
         ip = self.shell
         assert ip is not None
         try:
-            options = TrainOptions(
-                amp=args.amp,
-                device=args.device,
-                accumulate=args.accumulate,
-                clip=args.clip,
-                prefetch=args.prefetch,
-                show=args.show,
-                display=args.display,
-                tune_loader=args.tune_loader,
-                checkpoint=_checkpoint_dir(args.checkpoint, ip.user_ns),
-                every=args.every,
-                keep=args.keep,
-                resume=args.resume,
-                on_nan=args.on_nan,
-                on_spike=args.on_spike,
-                spike_factor=args.spike_factor,
-                patience=args.patience,
-                monitor=args.monitor,
-                mode=args.mode,
-            )
+            # The option names of the magic are TrainOptions' field names (dashes for _).
+            values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainOptions)}
+            values["checkpoint"] = _checkpoint_dir(args.checkpoint, ip.user_ns)
+            options = TrainOptions(**values)
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None
         source = ip.transform_cell(cell)
