@@ -97,6 +97,13 @@ class TrainmateMagics(Magics):
     @argument("--every", type=int, default=0, metavar="N", help="checkpoint every N steps")
     @argument("--keep", type=int, default=3, metavar="K", help="checkpoints to keep")
     @argument("--resume", action="store_true", help="continue from the last checkpoint")
+    @argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="with --resume: change an optimizer setting, e.g. --set lr=3e-4 (repeatable)",
+    )
     @argument("--on-nan", default="off", help="off|stop|skip|rollback on a non-finite loss")
     @argument("--on-spike", default="off", help="off|warn|skip|rollback on a gradient-norm spike")
     @argument(
@@ -124,6 +131,7 @@ class TrainmateMagics(Magics):
             # The option names of the magic are TrainOptions' field names (dashes for _).
             values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainOptions)}
             values["checkpoint"] = _checkpoint_dir(args.checkpoint, ip.user_ns)
+            values["set"] = tuple(args.set)
             options = TrainOptions(**values)
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None

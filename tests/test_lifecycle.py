@@ -238,3 +238,37 @@ def test_no_spike_no_event_and_same_weights() -> None:
     assert summary is not None
     assert not [e for e in summary.events if "gradient norm" in e]
     assert all(torch.equal(v, weights(ip)[k]) for k, v in plain.items())
+
+
+def test_resume_with_a_changed_learning_rate(tmp_path: Path) -> None:
+    loop = LOOP.replace(
+        "sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)\n", ""
+    )
+    loop = loop.replace("    sched.step()\n", "")
+    ip = fresh_shell()
+    ip.run_cell(
+        COMMON + "\nstep_counter = 0\nSTOP_BEFORE_FORWARD = 11\nSTOP_AFTER_STEP = -1\n"
+    ).raise_error()
+    ip.run_cell(f"%%train --checkpoint {tmp_path} --display off\n{loop}")
+    ip.user_ns["STOP_BEFORE_FORWARD"] = -1
+    ip.run_cell(
+        f"%%train --checkpoint {tmp_path} --display off --resume --set lr=0.003 --set momentum=0.5\n{loop}"
+    ).raise_error()
+    group = ip.user_ns["opt"].param_groups[0]
+    assert (group["lr"], group["momentum"]) == (0.003, 0.5)
+    summary = last_run()
+    assert summary is not None
+    assert any("--set lr=0.003 on 1 parameter group(s)" in e for e in summary.events)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("--checkpoint X --resume --set lr", "write NAME=VALUE"),
+        ("--checkpoint X --resume --set lr=fast", "'fast' is not a number"),
+        ("--checkpoint X --set lr=0.1", "add --resume"),
+    ],
+)
+def test_bad_set_is_a_usage_error(line: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        run([COMMON, LOOP], line)

@@ -31,6 +31,7 @@ class TrainOptions:
     every: int = 0  # steps between checkpoints; 0: at epoch ends (and on interrupt/error) only
     keep: int = 3
     resume: bool = False
+    set: tuple[str, ...] = ()  # "lr=3e-4": optimizer hyperparameters changed after --resume
     on_nan: str = "off"  # off | stop | skip | rollback
     on_spike: str = "off"  # off | warn | skip | rollback
     spike_factor: float = 10.0
@@ -61,6 +62,16 @@ class TrainOptions:
             raise TrainmateError("--every/--resume need --checkpoint DIR")
         if self.checkpoint is not None and self.accumulate > 1:
             raise TrainmateError("--checkpoint with --accumulate is not supported yet")
+        for item in self.set:
+            name, eq, value = item.partition("=")
+            if not eq or not name.isidentifier():
+                raise TrainmateError(f"--set {item}: write NAME=VALUE, e.g. --set lr=3e-4")
+            try:
+                float(value)
+            except ValueError:
+                raise TrainmateError(f"--set {item}: {value!r} is not a number") from None
+        if self.set and not self.resume:
+            raise TrainmateError("--set changes hyperparameters of a resumed run: add --resume")
         if self.on_nan not in ("off", "stop", "skip", "rollback"):
             raise TrainmateError(f"--on-nan {self.on_nan}: choose one of off, stop, skip, rollback")
         if self.on_spike not in ("off", "warn", "skip", "rollback"):

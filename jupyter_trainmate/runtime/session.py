@@ -261,6 +261,21 @@ class TrainSession:
         if payload.get("scaler") is not None and self.scaler is not None:
             self.scaler.load_state_dict(payload["scaler"])
         self._resume = dict(payload)
+        self._apply_settings(objects["optimizers"])
+
+    def _apply_settings(self, optimizers: dict[str, torch.optim.Optimizer]) -> None:
+        """`--set lr=3e-4`: write the values into every param group that has that setting."""
+        for item in self.options.set:
+            name, _, text = item.partition("=")
+            value = float(text)
+            groups = [g for opt in optimizers.values() for g in opt.param_groups if name in g]
+            if not groups:
+                raise TrainmateError(f"--set {item}: no optimizer has a setting {name!r}")
+            for group in groups:
+                group[name] = value
+                if name == "lr" and "initial_lr" in group:
+                    group["initial_lr"] = value  # schedulers scale from here
+            self.event(f"--set {name}={value:g} on {len(groups)} parameter group(s)")
 
     def _resumed_epoch(self, iterable: Iterable[Any], remaining: int | None) -> Iterator[Any]:
         resume = self._resume
