@@ -41,10 +41,12 @@ Runs survive: `--checkpoint [DIR]` (default `checkpoints/` beside the notebook) 
 model, optimizer, scheduler and GradScaler the notebook holds, the random generators and the
 position in the loader at each epoch's end, every `--every N` steps (keeping `--keep K`), and on
 Ctrl-C or an exception; `%%train --checkpoint DIR --resume` (the same cell run again) continues
-mid-epoch without repeating or skipping a batch, bit-identically on a CPU. Writes are atomic and
+mid-epoch without repeating or skipping a batch, bit-identically on a CPU; add `--set lr=3e-4` to
+continue with changed optimizer settings. Writes are atomic and
 happen on a background thread; loads use `torch.load(weights_only=True)`. `--on-nan
 stop|skip|rollback` guards against non-finite losses (`stop` reads device flags every 16 steps, so
-it may notice up to 16 steps late, and names the step); `--patience N --monitor NAME --mode
+it may notice up to 16 steps late, and names the step); `--on-spike warn|skip|rollback` does the
+same for gradient norms over `--spike-factor` (10) times their running median; `--patience N --monitor NAME --mode
 min|max` stops early on metrics reported with `jupyter_trainmate.log()`. Every run appends a
 record to `runs/runs.jsonl` beside the notebook; `trainmate runs` (or `%trainmate runs`) shows
 them, `trainmate runs --markdown README.md` keeps a table of them in a Markdown file.
