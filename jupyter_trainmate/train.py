@@ -119,7 +119,7 @@ def run_cell(
         with contextlib.suppress(OSError):  # no runtime dir (read-only home): no sidebar entry
             status.start()
         live = LiveDisplay(
-            session, options.display, f"%%train {_run_name(result)}", facts.item_lines
+            session, options.display, f"%%train {_run_name(result)}", facts.item_lines, status
         )
         live.start()
         exec(code, namespace)
@@ -139,6 +139,8 @@ def run_cell(
         session.checkpoint_after_error(f"failed ({type(exc).__name__})")
         raise
     finally:
+        if live is not None:
+            live.halt()
         if status is not None:
             status.stop()
         namespace.pop(SESSION, None)

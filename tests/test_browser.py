@@ -123,7 +123,10 @@ def test_sidebar_shows_host_metrics_and_a_train_run_while_it_runs(tmp_path: Path
             run = page.locator(".jp-TrainmatePanel-run")
             run.wait_for(timeout=30_000)
             page.wait_for_function(
-                "() => /epoch [1-6]\\/6/.test(document.querySelector('.jp-TrainmatePanel-runProgress').textContent)",
+                """() => {
+                    const el = document.querySelector('.jp-TrainmatePanel-runProgress');
+                    return el !== null && /epoch [1-6]\\/6/.test(el.textContent);
+                }""",
                 timeout=20_000,
             )
             text = run.inner_text()
@@ -140,7 +143,7 @@ def test_sidebar_shows_host_metrics_and_a_train_run_while_it_runs(tmp_path: Path
             reply = client.get_shell_msg(timeout=120)
             while reply["parent_header"].get("msg_id") != msg_id:
                 reply = client.get_shell_msg(timeout=120)
-            assert reply["content"]["status"] == "ok"
+            assert reply["content"]["status"] == "ok", reply["content"]
             page.locator(".jp-TrainmatePanel-empty").wait_for(timeout=20_000)
             assert not list((lab.runtime / "trainmate-runs").glob("*.json"))
         finally:

@@ -129,11 +129,15 @@ class LiveDisplay:
                 if view is not None and redraw.ready(now):
                     view.update(self.snapshot())
 
-    def finish(self, summary: RunSummary) -> Snapshot:
-        """Stop the threads and draw the final state (it stays in the saved notebook)."""
+    def halt(self) -> None:
+        """Stop the thread (before the status file is removed, so it cannot write it again)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+
+    def finish(self, summary: RunSummary) -> Snapshot:
+        """Draw the final state (it stays in the saved notebook)."""
+        self.halt()
         with contextlib.suppress(Exception):
             self._refresh()
         snap = self.snapshot(summary)
