@@ -4,22 +4,27 @@
    the per-run cost of creating the widget weighs as little as in a real run) in an ipykernel
    started here (jupyter_client), plainly, under `%%train --display widget` and under
    `--display text`, alternating; timed inside the kernel; median of per-pair ratios.
-2. The sampler thread's CPU: a `Sampler` (NVML source, host readings) running for 20 s at its
-   default one reading a second; the thread's own CPU time from psutil, per wall second.
+2. The display thread's CPU: the one thread a run starts (NVML and host readings and the status
+   file once a second, the run state 4 times a second) running for 20 s; the thread's own CPU
+   time from psutil, per wall second.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import psutil
+import torch
 from jupyter_client.manager import start_new_kernel
 
-from jupyter_trainmate.monitor.nvml import NvmlSource
-from jupyter_trainmate.monitor.sampler import Sampler
+from jupyter_trainmate.display.live import LiveDisplay
+from jupyter_trainmate.runtime.options import TrainOptions
+from jupyter_trainmate.runtime.session import TrainSession
+from jupyter_trainmate.runtime.status import StatusWriter
 
 SETUP = """
 import time, torch, json
@@ -82,26 +87,40 @@ def kernel_overhead(repeats: int = 7) -> dict[str, float]:
         km.shutdown_kernel(now=True)
 
 
-def sampler_cpu(seconds: float = 20.0) -> float:
-    sampler = Sampler(NvmlSource())
-    sampler.start()
-    native = sampler._thread.native_id
-    process = psutil.Process()
+def display_thread_cpu(seconds: float = 20.0) -> float:
+    """CPU of the run's one display thread (readings, status file, state) while a run waits."""
+    model = torch.nn.Linear(2, 2)
+    namespace = {"model": model, "opt": torch.optim.SGD(model.parameters(), lr=0.1)}
+    session = TrainSession(TrainOptions(display="text"), namespace)
+    session.start()
+    with tempfile.TemporaryDirectory() as tmp:
+        status = StatusWriter(
+            session.progress, notebook=None, run_name="bench", directory=Path(tmp)
+        )
+        status.start()
+        live = LiveDisplay(session, "text", status=status)
+        live.view = None  # no redraws: the text view prints only every 10 s anyway
+        live.start()
+        native = live._thread.native_id
+        process = psutil.Process()
 
-    def thread_cpu() -> float:
-        for t in process.threads():
-            if t.id == native:
-                return float(t.user_time + t.system_time)
-        return 0.0
+        def thread_cpu() -> float:
+            for t in process.threads():
+                if t.id == native:
+                    return float(t.user_time + t.system_time)
+            return 0.0
 
-    before, started = thread_cpu(), time.perf_counter()
-    time.sleep(seconds)
-    used, wall = thread_cpu() - before, time.perf_counter() - started
-    sampler.stop()
+        before, started = thread_cpu(), time.perf_counter()
+        time.sleep(seconds)
+        used, wall = thread_cpu() - before, time.perf_counter() - started
+        samples = live.sampler.samples
+        live.halt()
+        status.stop()
+    session.close("finished")
     share = used / wall
     print(
-        f"sampler thread: {used * 1000:.1f} ms of CPU in {wall:.1f} s = {share * 100:.3f}% of a core "
-        f"({sampler.samples} readings; {json.dumps(sampler.latest.gpu.reason if sampler.latest else '')})"
+        f"display thread: {used * 1000:.0f} ms of CPU in {wall:.1f} s = {share * 100:.3f}% of a core "
+        f"({samples} device readings and status writes, state refreshed 4 times a second)"
     )
     return share
 
@@ -109,4 +128,4 @@ def sampler_cpu(seconds: float = 20.0) -> float:
 if __name__ == "__main__":
     assert threading.current_thread() is threading.main_thread()
     kernel_overhead()
-    sampler_cpu()
+    display_thread_cpu()

@@ -93,19 +93,18 @@ def test_gpu_utilisation_history_from_the_fake_source() -> None:
     ]
 
 
-def test_sampler_thread_reads_about_once_a_second_and_stops() -> None:
+def test_sampler_keeps_the_latest_reading() -> None:
     fake = FakeGpuSource.from_json("[{}]")
-    sampler = Sampler(fake, interval=0.05)
-    sampler.start()
-    deadline = time.monotonic() + 5
-    while sampler.samples < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    sampler.stop()
-    taken = fake.calls
-    time.sleep(0.2)
-    assert taken >= 3
-    assert fake.calls == taken  # stopped
-    assert sampler.latest is not None
+    sampler = Sampler(fake)
+    assert sampler.latest is None
+    first = sampler.sample_once()
+    fake.set_utilization(0, 99.0)
+    second = sampler.sample_once()
+    assert (sampler.samples, fake.calls) == (2, 2)
+    assert sampler.latest is second
+    assert first.gpu.gpus[0].utilization_pct == 50.0
+    assert second.gpu.gpus[0].utilization_pct == 99.0
+    assert second.process_rss_bytes > 0
 
 
 def test_chart_draws_each_series_and_skips_non_finite_points() -> None:

@@ -1,10 +1,12 @@
-"""A background thread that reads the GPU source and the host about once a second."""
+"""Device readings for the live display: the GPU source, the host and this process's memory.
+
+The display's one thread per run calls `sample_once()` about once a second; readers use
+`latest` and never wait on NVML.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 from dataclasses import dataclass
 
 import psutil
@@ -23,22 +25,14 @@ class DeviceSample:
 
 
 class Sampler:
-    """Keeps the latest `DeviceSample`; `stop()` ends the thread. Readers never wait on NVML."""
+    """Takes readings on demand and keeps the latest."""
 
-    def __init__(
-        self, gpu: GpuSource, host: HostSource | None = None, interval: float = 1.0
-    ) -> None:
+    def __init__(self, gpu: GpuSource, host: HostSource | None = None) -> None:
         self._gpu = gpu
         self._host = host or HostSource()
-        self._interval = interval
         self._process = psutil.Process(os.getpid())
         self.latest: DeviceSample | None = None
         self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="trainmate-sampler", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
 
     def sample_once(self) -> DeviceSample:
         sample = DeviceSample(
@@ -47,15 +41,3 @@ class Sampler:
         self.latest = sample
         self.samples += 1
         return sample
-
-    def _loop(self) -> None:
-        while True:
-            with contextlib.suppress(Exception):  # a failing reading never stops training
-                self.sample_once()
-            if self._stop.wait(self._interval):
-                return
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
