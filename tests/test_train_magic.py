@@ -312,7 +312,7 @@ def test_progress_and_status_file_while_running(
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
     monkeypatch.setenv("JPY_SESSION_NAME", "/work/notebooks/train.ipynb")
     cell = """
-import json, os, pathlib
+import json, os, pathlib, time
 for epoch in range(2):
     for i, (xb, yb) in enumerate(loader):
         opt.zero_grad()
@@ -320,10 +320,11 @@ for epoch in range(2):
         opt.step()
         if epoch == 1 and i == 3:
             progress = __trainmate__.progress()
+            time.sleep(1.6)  # the display thread rewrites the file about once a second
             runs = pathlib.Path(os.environ["JUPYTER_RUNTIME_DIR"]) / "trainmate-runs"
             status = [json.loads(p.read_text()) for p in runs.glob("*.json")]
 """
-    ip = run([COMMON, cell], "")
+    ip = run([COMMON, cell], "--display off")
     progress = ip.user_ns["progress"]
     assert (progress.epoch, progress.epochs_total) == (2, 2)
     assert (progress.step_in_epoch, progress.steps_per_epoch, progress.steps) == (4, 8, 12)
@@ -335,14 +336,8 @@ for epoch in range(2):
     assert status["pid"] == os.getpid()
     assert status["notebook"] == "/work/notebooks/train.ipynb"
     assert status["run_name"] == "loader"
-    assert {
-        "steps",
-        "fraction",
-        "eta_s",
-        "samples_per_s",
-        "data_wait_share",
-        "updated",
-    } <= status.keys()
+    assert (status["steps"], status["epochs_total"]) == (12, 2)  # rewritten during the run
+    assert status["updated"] > status["started"] + 0.5
     assert not list((tmp_path / "trainmate-runs").glob("*"))  # removed when the run ended
 
 
@@ -378,26 +373,3 @@ def test_tune_loader_keeps_the_data_and_its_order_and_reports_each_setting() -> 
     assert report.count("ms/batch") >= 2  # the current setting and at least one other
     assert "<- used" in report
     assert summary.steps == 2 * 12
-
-
-def test_status_file_is_rewritten_while_the_run_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
-    cell = """
-import json, os, pathlib, time
-for epoch in range(2):
-    for i, (xb, yb) in enumerate(loader):
-        opt.zero_grad()
-        loss_fn(model(xb), yb).backward()
-        opt.step()
-        if epoch == 1 and i == 2:
-            time.sleep(1.6)  # the display thread rewrites the file about once a second
-            runs = pathlib.Path(os.environ["JUPYTER_RUNTIME_DIR"]) / "trainmate-runs"
-            status = [json.loads(p.read_text()) for p in runs.glob("*.json")]
-"""
-    ip = run([COMMON, cell], "--display off")
-    (status,) = ip.user_ns["status"]
-    assert status["steps"] == 11
-    assert status["epochs_total"] == 2
-    assert status["updated"] > status["started"] + 0.5
