@@ -1,9 +1,9 @@
 """The CUDA paths of `%%train`, checked and timed in one script (under 8 minutes on one GPU).
 
 Run it on a machine with a CUDA GPU: `python benchmarks/gpu_suite.py`. It prints a table:
-1. AMP: a matmul-heavy MLP trained with `--amp off`, `--amp bf16` (where supported) and
-   `--amp fp16` from the same seed; speed-up against fp32 and the final loss (must stay within 5%
-   of fp32's).
+1. AMP: a matmul-heavy MLP (8 x 4096-wide layers, batch 1024, labels from a random linear
+   teacher) trained with `--amp off`, `--amp bf16` (where supported) and `--amp fp16` from the
+   same seed; speed-up against fp32 and the mean loss of the last epoch (within 10% of fp32's).
 2. Prefetch: an input-bound loop (pinned CPU batches copied each step) with `--prefetch off` and
    `--prefetch cuda`: samples/s and the data-wait share.
 3. Overhead: a tiny MLP plainly and under `%%train --amp off --prefetch off`, alternating runs.
@@ -26,21 +26,25 @@ import torch
 from torch import nn
 torch.manual_seed(0)
 device = torch.device("cuda")
-x = torch.randn(64 * 256, 2048, device=device)
-y = x[:, :16].sum(1).long().remainder(16)
-batches = [(x[i:i + 256], y[i:i + 256]) for i in range(0, len(x), 256)]
-model = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(2048, 2048), nn.GELU())], nn.Linear(2048, 16)).to(device)
+x = torch.randn(24 * 1024, 4096, device=device)
+teacher = torch.randn(4096, 16, device=device)
+y = (x @ teacher).argmax(1)  # learnable labels: the loss curves of the modes can be compared
+batches = [(x[i:i + 1024], y[i:i + 1024]) for i in range(0, len(x), 1024)]
+layers = [m for _ in range(8) for m in (nn.Linear(4096, 4096), nn.GELU())]
+model = nn.Sequential(*layers, nn.Linear(4096, 16)).to(device)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 loss_fn = nn.CrossEntropyLoss()
 """
 AMP_LOOP = """
 for epoch in range(3):
+    losses = []
     for xb, yb in batches:
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(xb), yb)
         loss.backward()
         opt.step()
-final_loss = loss.item()
+        losses.append(loss.detach())
+final_loss = torch.stack(losses).float().mean().item()  # mean of the last epoch
 """
 PREFETCH_SETUP = """
 import torch
@@ -106,7 +110,7 @@ def amp_rows() -> list[str]:
         results[mode] = (seconds, ip.user_ns["final_loss"], summary.skipped_steps)
     base_s, base_loss, _ = results["off"]
     for mode, (seconds, loss, skipped) in results.items():
-        ok = abs(loss - base_loss) <= 0.05 * abs(base_loss) + 1e-3
+        ok = abs(loss - base_loss) <= 0.10 * abs(base_loss) + 0.02
         rows.append(
             f"amp {mode:4s}: {seconds:6.2f} s, speed-up {base_s / seconds:4.2f}x vs fp32, final loss "
             f"{loss:.4f} (fp32 {base_loss:.4f}) {'OK' if ok else 'OUT OF TOLERANCE'}, {skipped} skipped"

@@ -207,6 +207,45 @@ for xb, yb in loader:
     assert "own autocast/GradScaler" in summary.amp_reason
 
 
+AMP_LOOP = """
+for epoch in range(3):
+    for xb, yb in loader:
+        opt.zero_grad()
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        opt.step()
+"""
+# The recipe of the PyTorch AMP guide: autocast around the forward of each step, a GradScaler for
+# fp16. `%%train --amp MODE` on AMP_LOOP must train exactly as this does.
+AMP_RECIPE = """
+scaler = torch.amp.GradScaler("cpu", enabled=USE_SCALER)
+for epoch in range(3):
+    for xb, yb in loader:
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=DTYPE):
+            loss = loss_fn(model(xb), yb)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+"""
+
+
+@pytest.mark.parametrize("mode", ["bf16", "fp16"])
+def test_amp_trains_exactly_as_the_per_step_autocast_recipe(mode: str) -> None:
+    """Autocast held over the whole cell must not reuse weights cast before an optimizer step
+    (autocast's weight-cast cache lives until the outermost autocast region exits)."""
+    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}[mode]
+    recipe = f"DTYPE = {dtype}\nUSE_SCALER = {mode == 'fp16'}\n" + AMP_RECIPE
+    expected = weights(run([COMMON, recipe], None))
+    ip = run([COMMON, AMP_LOOP], f"--amp {mode}")
+    got = weights(ip)
+    differing = [k for k in expected if not torch.equal(expected[k], got[k])]
+    assert not differing, differing
+    summary = last_run()
+    assert summary is not None
+    assert summary.amp == mode
+
+
 def test_bf16_autocast_reaches_code_the_rewrite_cannot_see() -> None:
     cell = """
 class Net(nn.Module):

@@ -39,9 +39,18 @@ class AmpPolicy:
         return self.mode == "fp16"
 
     def autocast(self) -> contextlib.AbstractContextManager[object]:
+        """Autocast for a whole cell, without autocast's weight-cast cache.
+
+        The cache keeps the low-precision copy of each parameter until the outermost autocast
+        region exits: per-step regions (the usual recipe) drop it every step, but a region held
+        over the whole cell would reuse the weights of the first step forever, so the model would
+        stop learning. Clearing it after optimizer steps is not enough either (weight clipping,
+        EMA updates, LBFGS closures change weights between steps). Without the cache a weight
+        used twice in one forward (an unrolled RNN) is cast twice; the values are the same.
+        """
         if self.dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device_type, dtype=self.dtype)
+        return torch.autocast(device_type=self.device_type, dtype=self.dtype, cache_enabled=False)
 
     def grad_scaler(self) -> torch.amp.GradScaler | None:
         return torch.amp.GradScaler(self.device_type) if self.needs_scaler else None
