@@ -13,7 +13,7 @@ from typing import Any
 
 from .display.live import LiveDisplay
 from .errors import TrainmateError
-from .rewrite import SESSION, RewriteResult, RewrittenFunction, rewrite_cell
+from .rewrite import SESSION, RewriteResult, RewrittenFunction, compile_rewritten, rewrite_cell
 from .runtime.checkpoint import checkpoints
 from .runtime.checkpoint import load as load_checkpoint
 from .runtime.guards import StopRun
@@ -43,13 +43,14 @@ def show(result: RewriteResult) -> str:
 def _compile_function(fn: RewrittenFunction) -> types.FunctionType:
     """Compile a rewritten notebook function under its own cell's file name and line numbers.
 
-    The rewrite is inline, so padding the source to its first line makes every line number the
-    original's, and a traceback through it shows the user's own cell and line.
+    Every line number is the original's, so a traceback through it shows the user's own cell and
+    line.
     """
     original = fn.original.function
-    source = "\n" * (fn.original.first_line - 1) + fn.code
+    filename = original.__code__.co_filename
+    code = compile_rewritten(fn.code, fn.original.source, filename, fn.original.first_line)
     scratch: dict[str, Any] = {}
-    exec(compile(source, original.__code__.co_filename, "exec"), original.__globals__, scratch)
+    exec(code, original.__globals__, scratch)
     new = scratch[fn.original.name]
     assert isinstance(new, types.FunctionType)
     new.__defaults__, new.__kwdefaults__ = original.__defaults__, original.__kwdefaults__
@@ -95,7 +96,7 @@ def run_cell(
         instrumented=tuple(str(n) for n in result.instrumented),
         left_alone=tuple(str(n) for n in result.left_alone),
     )
-    code = compile(result.code, filename, "exec")
+    code = compile_rewritten(result.code, source, filename)
     swapped: dict[str, tuple[Any, Any]] = {}
     outcome: Outcome = "failed"
     status: StatusWriter | None = None

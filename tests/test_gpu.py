@@ -106,3 +106,57 @@ def test_cuda_interrupt_and_resume_is_bit_identical(tmp_path: Path) -> None:
     got = weights(ip)
     differing = [k for k in expected if not torch.equal(expected[k].cpu(), got[k].cpu())]
     assert not differing, differing
+
+
+OOM_SETUP = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+torch.use_deterministic_algorithms(True)
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(4 * 16384, 1024), torch.randint(0, 10, (4 * 16384,)))
+loader = DataLoader(data, batch_size=BATCH)
+model = nn.Sequential(
+    nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10)
+).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+"""
+OOM_LOOP = """
+for xb, yb in loader:
+    xb, yb = xb.cuda(), yb.cuda()
+    opt.zero_grad(set_to_none=True)
+    loss = nn.functional.cross_entropy(model(xb), yb)
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_real_cuda_out_of_memory_is_recovered_with_micro_batches() -> None:
+    """A real allocator OOM (the process capped at 0.75 GiB): the batch of 16384 (about 1.1 GiB of
+    activations) is retried as micro-batches; the result matches --accumulate K on batches of
+    16384 / K run without the cap."""
+    total = torch.cuda.get_device_properties(0).total_memory
+    ip = fresh_shell()
+    ip.run_cell(OOM_SETUP.replace("BATCH", "16384")).raise_error()
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(0.75 * 2**30 / total)
+    try:
+        ip.run_cell(f"%%train --amp off --display off\n{OOM_LOOP}").raise_error()
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "finished"
+    events = [e for e in summary.events if "out of memory" in e]
+    assert events, summary.events
+    parts = int(events[-1].split(" runs as ")[1].split()[0])
+    assert parts >= 2
+    got = weights(ip)
+
+    ref = fresh_shell()
+    ref.run_cell(OOM_SETUP.replace("BATCH", str(16384 // parts))).raise_error()
+    ref.run_cell(f"%%train --amp off --display off --accumulate {parts}\n{OOM_LOOP}").raise_error()
+    expected = weights(ref)
+    for key, value in expected.items():
+        torch.testing.assert_close(got[key], value)
+    print(f"\nOOM recovery: {events}")

@@ -272,3 +272,90 @@ def test_resume_with_a_changed_learning_rate(tmp_path: Path) -> None:
 def test_bad_set_is_a_usage_error(line: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         run([COMMON, LOOP], line)
+
+
+OOM_HOOK = """
+failures = []
+def refuse_big_batches(module, inputs):
+    if inputs[0].shape[0] > LIMIT:
+        failures.append(inputs[0].shape[0])
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+model[0].register_forward_pre_hook(refuse_big_batches)
+"""
+OOM_LOOP = """
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (1 + step))
+for epoch in range(2):
+    for xb, yb in loader:
+        opt.zero_grad()
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+"""
+
+
+def test_out_of_memory_is_retried_as_micro_batches_equal_to_accumulation() -> None:
+    """The first step fails with out-of-memory (batches over 16 refused): it and every later
+    step run as 2 micro-batches of 16, which must equal `--accumulate 2` on batches of 16."""
+    small = COMMON.replace("batch_size=32", "batch_size=16")
+    assert small != COMMON
+    expected = weights(run([small, OOM_LOOP], "--accumulate 2 --display off"))
+    ip = run([COMMON + "\nLIMIT = 16\n" + OOM_HOOK, OOM_LOOP], "--display off")
+    assert ip.user_ns["failures"] == [32]  # one failed attempt: the split is kept afterwards
+    got = weights(ip)
+    differing = [k for k in expected if not torch.equal(expected[k], got[k])]
+    assert not differing, differing
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "finished"
+    assert summary.optimizer_steps == 16
+    assert ip.user_ns["opt"].param_groups[0]["lr"] == pytest.approx(0.1 / 17)
+    (event,) = [e for e in summary.events if "out of memory" in e]
+    assert "the batch of 32 now runs as 2 micro-batches of 16" in event
+
+
+def test_out_of_memory_frees_the_failed_attempt_before_the_retry() -> None:
+    hook = """
+import weakref
+held = []
+alive_at_retry = []
+def fail_once_after_activations(module, inputs, output):
+    if not held:
+        held.append(weakref.ref(inputs[0]))  # an activation of the failed attempt
+        raise torch.OutOfMemoryError("CUDA out of memory")
+    if len(alive_at_retry) == 0:
+        alive_at_retry.append(held[0]() is not None)
+model[3].register_forward_hook(fail_once_after_activations)
+"""
+    ip = run([COMMON + hook, OOM_LOOP], "--display off")
+    assert ip.user_ns["alive_at_retry"] == [False]
+    assert "loss" in ip.user_ns  # assigned again by the retry
+
+
+def test_out_of_memory_at_one_sample_is_a_clear_error() -> None:
+    with pytest.raises(UsageError, match="out of memory at step 1 even with micro-batches of 1"):
+        run([COMMON + "\nLIMIT = 0\n" + OOM_HOOK, OOM_LOOP], "--display off")
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "failed"
+    assert any("runs as 32 micro-batches of 1" in e for e in summary.events)
+
+
+def test_out_of_memory_inside_an_accumulation_window_is_not_retried() -> None:
+    hook = """
+calls = []
+def fail_on_the_second_batch(module, inputs):
+    calls.append(1)
+    if len(calls) == 2:
+        raise torch.OutOfMemoryError("CUDA out of memory")
+model[0].register_forward_pre_hook(fail_on_the_second_batch)
+"""
+    ip = fresh_shell()
+    ip.run_cell(COMMON + hook).raise_error()
+    result = ip.run_cell(f"%%train --accumulate 2 --display off\n{OOM_LOOP}")
+    assert isinstance(result.error_in_exec, torch.OutOfMemoryError)
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "failed"
+    assert any("inside an --accumulate window" in e for e in summary.events)

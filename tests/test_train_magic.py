@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import traceback
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,9 @@ def test_rewrite_keeps_line_numbers_so_tracebacks_point_at_the_users_line() -> N
         frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
         tb = tb.tb_next
     assert frames[-1][1] == 4  # line 4 of the cell body: `1 / 0`
+    # and its columns, though the body runs indented inside the out-of-memory retry point
+    where = traceback.extract_tb(result.error_in_exec.__traceback__)[-1]
+    assert (where.colno, where.end_colno) == (4, 9)
     summary = last_run()
     assert summary is not None
     assert summary.outcome == "failed"
@@ -322,6 +326,21 @@ for xb, yb in loader:
 """
     with pytest.raises(UsageError, match="--accumulate works with one optimizer"):
         run([COMMON, cell], "--accumulate 2")
+
+
+def test_traceback_from_a_batch_loop_in_a_notebook_function_names_its_cell_line() -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(
+        "x0 = 1\n\ndef fit():\n    for xb, yb in loader:\n"
+        "        loss_fn(model(xb), yb).backward()\n        return 1 / 0\n"
+    ).raise_error()
+    filename = ip.user_ns["fit"].__code__.co_filename
+    result = ip.run_cell("%%train\nfit()\n")
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    where = traceback.extract_tb(result.error_in_exec.__traceback__)[-1]
+    assert (where.filename, where.lineno, where.colno) == (filename, 6, 15)
+    assert where.line == "return 1 / 0"
 
 
 def test_traceback_through_a_rewritten_function_names_its_cell_line() -> None:

@@ -4,8 +4,9 @@ The `%%train` rewrite (libcst): find the training idioms in a cell, route them t
 `rewrite_cell()` never raises on code it does not understand: it returns the new code and a list
 of notes, what was instrumented and what was left alone and why. Code that does not parse is the
 caller's to report (the magic compiles the cell first so a syntax error reads like IPython's own).
-Every transform is inline, so the rewritten code has the same line numbers as the cell and a
-traceback points at the user's own line.
+Every transform is inline except the out-of-memory retry point around batch loop bodies (lines
+marked `MARK`); `compile_rewritten` maps every position back to the cell's, so a traceback points
+at the user's own line.
 """
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ from .functions import (
     notebook_methods_with_backward,
 )
 from .loops import BatchLoopTransformer
+from .retry import MARK, RetryTransformer, compile_rewritten
 
 __all__ = [
+    "MARK",
     "SESSION",
     "CodeFacts",
     "Note",
     "RewriteResult",
     "RewrittenFunction",
+    "compile_rewritten",
     "rewrite_cell",
     "rewrite_source",
 ]
@@ -92,7 +96,7 @@ def rewrite_source(
     facts = read_facts(wrapper, trainers)
     looped = wrapper.visit(BatchLoopTransformer(context, facts))
     called = cst.MetadataWrapper(looped, unsafe_skip_copy=True).visit(TrainCallTransformer(context))
-    return called.code, facts
+    return called.visit(RetryTransformer()).code, facts
 
 
 def _reachable_functions(

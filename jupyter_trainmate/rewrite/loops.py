@@ -18,6 +18,7 @@ import libcst.matchers as m
 
 from .context import SESSION, RewriteContext
 from .detect import CodeFacts
+from .retry import batch_target
 
 _Comp = TypeVar("_Comp", cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 RANGE_LIKE = {"range", "trange", "count", "repeat"}
@@ -134,8 +135,12 @@ class BatchLoopTransformer(cst.CSTTransformer):
                     "a counter, not batches: steps are counted at optimizer steps",
                 )
             else:
+                retried = batch_target(original_node.target, _wrap(original_node.iter)) is not None
                 self.context.instrumented(
-                    line, f"batch loop over {code}", "timed; prefetched per --prefetch"
+                    line,
+                    f"batch loop over {code}",
+                    "timed; prefetched per --prefetch"
+                    + ("; retried as micro-batches on out-of-memory" if retried else ""),
                 )
                 self.context.batch_sources.append(
                     cst.Module([]).code_for_node(_innermost(original_node.iter))

@@ -40,6 +40,7 @@ from .checkpoint import (
 )
 from .guards import STOP_CHECK_EVERY, EarlyStopping, NanGuard, SpikeGuard
 from .loader import LoaderInfo, loader_info
+from .oom import OutOfMemoryRetry
 from .options import TrainOptions
 from .prefetch import CudaPrefetcher, ThreadPrefetcher
 from .summary import Outcome, RunProgress, RunSummary, _record
@@ -178,6 +179,10 @@ class TrainSession:
         self._left_alone = left_alone
         self._backwards = 0
         self._pending = 0  # backward() calls since the last real optimizer step
+        self.oom_guard = OutOfMemoryRetry(self)  # `with __trainmate__.oom_guard:` in batch loops
+        # `__trainmate__.parts(batch, names)`: the batch once; after an out-of-memory error, again
+        # as micro-batches (see `oom`). Bound once: it runs on every step.
+        self.parts = self.oom_guard.parts
         self._last_batch = False
         self._opt_steps: defaultdict[int, int] = defaultdict(int)
         self._stepping: dict[int, torch.optim.Optimizer] = {}
@@ -550,6 +555,19 @@ class TrainSession:
             if close is not None:
                 close()
 
+    def drop_gradients(self) -> None:
+        """Every gradient of the run's optimizers and models to None (after out-of-memory)."""
+        found = trainable_objects(self._namespace)
+        optimizers = [*found["optimizers"].values(), *self._stepping.values()]
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        for model in found["models"].values():
+            model.zero_grad(set_to_none=True)
+        if self.scaler is not None and self._unscaled:
+            self.scaler.update()  # forget the unscale_ of the failed attempt
+            self._unscaled.clear()
+            self._update_pending = False
+
     def next_batch(self, iterator: Iterator[Any], *default: Any) -> Any:
         self.timer.before_fetch()
         batch = next(iterator, *default)
@@ -573,24 +591,30 @@ class TrainSession:
             self._unscaled.clear()
         if self.accumulate > 1:
             loss = loss / self.accumulate
+        micro = self.oom_guard
+        if micro.count > 1:  # a micro-batch after out-of-memory (see `oom`)
+            loss = loss * micro.weight  # its share of the batch: the mean over the whole batch
+            if micro.last_part:
+                self._pending += 1
+        else:
+            self._pending += 1
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
         self._backwards += 1
-        self._pending += 1
         return loss.backward(*args, **kwargs)
 
     @property
     def _at_boundary(self) -> bool:
         """Whether the optimizer step that follows is a real one (accumulation complete)."""
+        if not self.oom_guard.last_part:
+            return False
         return self._pending >= self.accumulate or self._last_batch
 
     def zero_grad(self, target: Any, *args: Any, **kwargs: Any) -> Any:
-        if (
-            self.accumulate > 1
-            and self._pending > 0
-            and isinstance(target, torch.optim.Optimizer | torch.nn.Module)
+        if ((self.accumulate > 1 and self._pending > 0) or self.oom_guard.index > 0) and isinstance(
+            target, torch.optim.Optimizer | torch.nn.Module
         ):
-            return None  # mid-accumulation: keep summing gradients
+            return None  # mid-accumulation or a later micro-batch: keep summing gradients
         return target.zero_grad(*args, **kwargs)
 
     def _unscale(self, optimizer: torch.optim.Optimizer) -> None:
@@ -600,7 +624,7 @@ class TrainSession:
 
     def _clip(self, fn: Callable[..., Any], parameters: Any, *args: Any, **kwargs: Any) -> Any:
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-        if self.accumulate > 1 and not self._at_boundary:
+        if (self.accumulate > 1 or self.oom_guard.count > 1) and not self._at_boundary:
             return torch.nn.utils.clip_grad_norm_(params, math.inf)  # the norm, nothing clipped
         if self.scaler is not None:
             ids = {id(p) for p in params}
@@ -634,7 +658,7 @@ class TrainSession:
             )
         if args or kwargs:  # a closure (LBFGS): it runs forward and backward itself
             return optimizer.step(*args, **kwargs)
-        if self.accumulate > 1 and not self._at_boundary:
+        if (self.accumulate > 1 or self.oom_guard.count > 1) and not self._at_boundary:
             return None
         if self._drop_step:
             self._drop_step = False
@@ -662,11 +686,13 @@ class TrainSession:
     def _scheduler_step(
         self, scheduler: LRScheduler, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        if self.scaler is None and self.accumulate == 1:
+        real = self._opt_steps.get(id(scheduler.optimizer), 0)
+        if self.scaler is None and self.accumulate == 1 and self.oom_guard.count == 1:
+            self._sched_last[id(scheduler)] = real
             return scheduler.step(*args, **kwargs)  # nothing can skip a step: leave the order alone
         # Step a scheduler only after its optimizer really stepped (PyTorch issue 44511: with a
-        # GradScaler skipping steps, or mid-accumulation, the schedule would run ahead).
-        real = self._opt_steps.get(id(scheduler.optimizer), 0)
+        # GradScaler skipping steps, mid-accumulation or between micro-batches, the schedule
+        # would run ahead).
         if real == 0 or self._sched_last.get(id(scheduler)) == real:
             return None
         self._sched_last[id(scheduler)] = real
