@@ -41,15 +41,30 @@ Runs survive: `--checkpoint [DIR]` (default `checkpoints/` beside the notebook) 
 model, optimizer, scheduler and GradScaler the notebook holds, the random generators and the
 position in the loader at each epoch's end, every `--every N` steps (keeping `--keep K`), and on
 Ctrl-C or an exception; `%%train --checkpoint DIR --resume` (the same cell run again) continues
-mid-epoch without repeating or skipping a batch, bit-identically on a CPU; add `--set lr=3e-4` to
-continue with changed optimizer settings. Writes are atomic and
-happen on a background thread; loads use `torch.load(weights_only=True)`. `--on-nan
+mid-epoch without repeating or skipping a batch, bit-identically on a CPU (and on a GPU with
+deterministic algorithms), with `--accumulate` too (the gradients summed so far in an unfinished
+window travel in the checkpoint); add `--set lr=3e-4` to continue with changed optimizer
+settings. The states are copied on the training thread, then written atomically (temporary file,
+fsync, rename) by a low-priority background thread; loads use `torch.load(weights_only=True)`.
+
+Out of memory (`torch.OutOfMemoryError`) in a step is recovered: the failed attempt's frames,
+its variables that hold an autograd graph and every gradient are dropped, the CUDA cache is
+emptied, and the step is redone as 2, 4, 8, ... micro-batches whose losses are weighted by their
+share of the batch, so the effective batch size and, for a mean-reduced loss, the gradient stay
+the same (BatchNorm sees the smaller batches). The split that worked is kept for the rest of the
+run, the run's events say what happened, and below one sample per micro-batch the run stops with
+a one-line message. The loop body then runs once per micro-batch, so counters in it count
+micro-batches; inside an unfinished `--accumulate` window a step cannot be redone (the summed
+gradients cannot be told apart) and the error is raised as it was. `--on-nan
 stop|skip|rollback` guards against non-finite losses (`stop` reads device flags every 16 steps, so
 it may notice up to 16 steps late, and names the step); `--on-spike warn|skip|rollback` does the
 same for gradient norms over `--spike-factor` (10) times their running median; `--patience N --monitor NAME --mode
 min|max` stops early on metrics reported with `jupyter_trainmate.log()`. Every run appends a
 record to `runs/runs.jsonl` beside the notebook; `trainmate runs` (or `%trainmate runs`) shows
-them, `trainmate runs --markdown README.md` keeps a table of them in a Markdown file.
+them, `trainmate runs --markdown README.md` keeps a table of them in a Markdown file. With the
+`tensorboard` package installed, each run also writes TensorBoard event files (loss, samples/s,
+data-wait share about once a second from the display thread, and the logged metrics at their
+steps) to `runs/tensorboard/<time>-<run>/` (`--tensorboard auto|on|off`).
 
 Options: `--amp auto|bf16|fp16|off` (auto: bf16 on GPUs that have it, fp16 with a GradScaler on
 older ones, off on the CPU), `--device auto|cpu|cuda|cuda:N|mps` (auto: where the model's
@@ -57,7 +72,7 @@ parameters are), `--accumulate N` (N micro-batches per optimizer step, loss scal
 schedulers aligned to real steps), `--clip MAX_NORM`, `--prefetch auto|off|cuda|thread`, and
 `--show`, which prints the code that would run and what was instrumented, without running it.
 
-How it works: the cell is rewritten with libcst, inline so line numbers stay the user's. The
+How it works: the cell is rewritten with libcst. The
 innermost loop that calls `.backward()` over something other than a `range` gets its iterable
 wrapped (`enumerate` and `tqdm` stay outside); `backward()`, `step()`, `zero_grad()` and
 `clip_grad_norm_()` go through the run's session, which passes through anything that is not an
@@ -65,7 +80,10 @@ optimizer, scheduler or module (`env.step(a)` stays `env.step(a)`). Notebook fun
 calls (`train_epoch()` defined cells earlier) are rewritten for the cell's duration; methods of
 notebook classes are not, but a global optimizer hook still counts their steps, and autocast is
 on for the whole cell, so it reaches code the rewrite cannot see. Everything is undone when the
-cell ends, however it ends.
+cell ends, however it ends. The body of each batch loop is wrapped in a retry point for
+out-of-memory errors (the only lines the rewrite adds, marked `# %%train oom-retry` in `--show`);
+positions are mapped back when the code is compiled, so a traceback shows the user's own line
+and column.
 
 Guarantees: on the CPU with the defaults, the same seed gives bit-identical weights with and
 without `%%train` (shuffling and dropout included). `--prefetch thread` overlaps data loading with

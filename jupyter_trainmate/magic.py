@@ -114,6 +114,11 @@ class TrainmateMagics(Magics):
     @argument("--mode", default="min", help="min|max: which way --monitor improves")
     @argument("--display", default="auto", help="auto|widget|text|off (auto: widget in a notebook)")
     @argument(
+        "--tensorboard",
+        default="auto",
+        help="auto|on|off: event files under runs/tensorboard/ (auto: when tensorboard is installed)",
+    )
+    @argument(
         "--show", action="store_true", help="print the code that would run, and do not run it"
     )
     @cell_magic

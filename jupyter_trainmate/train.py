@@ -7,6 +7,7 @@ Kept apart from `magic.py` (argument parsing only) so the same path serves tests
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import types
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from .runtime.records import (
 from .runtime.session import TrainSession
 from .runtime.status import StatusWriter, notebook_path
 from .runtime.summary import Outcome, RunSummary
+from .runtime.tensorboard import TensorBoardLog, run_folder, wanted
 
 
 def show(result: RewriteResult) -> str:
@@ -88,6 +90,7 @@ def run_cell(
         raise TrainmateError(
             f"--accumulate {options.accumulate}: the cell runs its own GradScaler; accumulate there"
         )
+    use_tensorboard = wanted(options.tensorboard)
     session = TrainSession(
         options,
         namespace,
@@ -101,6 +104,7 @@ def run_cell(
     outcome: Outcome = "failed"
     status: StatusWriter | None = None
     live: LiveDisplay | None = None
+    tensorboard: TensorBoardLog | None = None
     try:
         for name, fn in result.functions.items():
             new = _compile_function(fn)
@@ -119,8 +123,17 @@ def run_cell(
         )
         with contextlib.suppress(OSError):  # no runtime dir (read-only home): no sidebar entry
             status.start()
+        if use_tensorboard:
+            folder = run_folder(runs_folder(notebook_path(namespace)), _run_name(result))
+            tensorboard = TensorBoardLog(folder, _options_text(options))
+            session.on_log.append(tensorboard.metrics)
         live = LiveDisplay(
-            session, options.display, f"%%train {_run_name(result)}", facts.item_lines, status
+            session,
+            options.display,
+            f"%%train {_run_name(result)}",
+            facts.item_lines,
+            status,
+            tensorboard,
         )
         live.start()
         exec(code, namespace)
@@ -151,8 +164,24 @@ def run_cell(
         summary = session.close(outcome)
         if live is not None:
             live.finish(summary)
-        _record(summary, options, session, namespace)
+        if tensorboard is not None:
+            try:
+                tensorboard.close(summary, live.state.progress if live is not None else None)
+            except OSError as exc:  # a read-only folder must not turn a finished run into an error
+                print(f"trainmate: TensorBoard events not written: {exc}")
+        _record(summary, options, session, namespace, tensorboard)
     return summary
+
+
+def _options_text(options: TrainOptions) -> str:
+    """The run's options as `%%train` flags (TensorBoard's text tab)."""
+    default = TrainOptions()
+    changed = [
+        f"--{f.name.replace('_', '-')} {getattr(options, f.name)}"
+        for f in dataclasses.fields(options)
+        if getattr(options, f.name) != getattr(default, f.name)
+    ]
+    return "%%train " + " ".join(changed) if changed else "%%train (defaults)"
 
 
 def _record(
@@ -160,6 +189,7 @@ def _record(
     options: TrainOptions,
     session: TrainSession,
     namespace: dict[str, Any],
+    tensorboard: TensorBoardLog | None = None,
 ) -> None:
     notebook = notebook_path(namespace)
     info = session.loader_info
@@ -172,6 +202,7 @@ def _record(
         checkpoint=session.last_checkpoint,
         commit=git_commit(Path(notebook).parent if notebook else Path.cwd()),
     )
+    record["tensorboard"] = str(tensorboard.folder) if tensorboard is not None else None
     try:
         append_record(runs_folder(notebook), record)
     except OSError as exc:  # a read-only folder must not turn a finished run into an error

@@ -73,6 +73,57 @@ def test_interrupt_then_resume_is_bit_identical(
     assert ip.user_ns["opt"].param_groups[0]["lr"] == pytest.approx(0.1 * 0.7**3)
 
 
+@pytest.mark.parametrize(
+    ("before", "after", "every"),
+    [(11, -1, 0), (-1, 13, 0), (-1, 14, 3)],
+    ids=["mid-window-before-forward", "mid-window-after-backward", "every-3-mid-window"],
+)
+def test_interrupt_then_resume_with_accumulation_is_bit_identical(
+    before: int, after: int, every: int, tmp_path: Path
+) -> None:
+    """With --accumulate 4 an interrupt lands inside a window: the gradients summed so far travel
+    in the checkpoint, and the resumed run ends exactly where the uninterrupted one does."""
+    setup = COMMON + "\nstep_counter = 0\nSTOP_BEFORE_FORWARD = STOP_AFTER_STEP = -1\n"
+    expected = weights(run([setup, LOOP], "--accumulate 4 --display off"))
+    ip = fresh_shell()
+    ip.run_cell(
+        COMMON + f"\nstep_counter = 0\nSTOP_BEFORE_FORWARD = {before}\nSTOP_AFTER_STEP = {after}\n"
+    ).raise_error()
+    line = f"--accumulate 4 --checkpoint {tmp_path} --every {every} --display off"
+    ip.run_cell(f"%%train {line}\n{LOOP}")
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "interrupted"
+    assert load(checkpoints(tmp_path)[-1])["pending"] > 0  # it stopped inside a window
+    ip.user_ns["STOP_BEFORE_FORWARD"] = ip.user_ns["STOP_AFTER_STEP"] = -1
+    ip.run_cell(f"%%train {line} --resume\n{LOOP}").raise_error()
+    got = weights(ip)
+    differing = [k for k in expected if not torch.equal(expected[k], got[k])]
+    assert not differing, differing
+
+
+def test_checkpoints_hold_the_state_of_their_step_while_training_goes_on(tmp_path: Path) -> None:
+    """Checkpoints are serialised on a thread while the next steps run: each must hold the
+    weights and optimizer state of the step it was taken at, never a later one's."""
+    cell = """
+big = nn.Sequential(nn.Linear(8, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 2))
+opt_big = torch.optim.Adam(big.parameters(), lr=1e-3)
+states = []
+for xb, yb in loader:
+    opt_big.zero_grad()
+    loss_fn(big(xb), yb).backward()
+    opt_big.step()
+    states.append({k: v.clone() for k, v in big.state_dict().items()})
+"""
+    ip = run([COMMON, cell], f"--checkpoint {tmp_path} --every 1 --keep 100 --display off")
+    states = ip.user_ns["states"]
+    saved = checkpoints(tmp_path)
+    assert len(saved) == len(states) + 1  # one per step, and the epoch's end
+    for step, path in enumerate(saved[:-1]):
+        model_state = load(path)["models"]["big"]
+        assert all(torch.equal(model_state[k], states[step][k]) for k in model_state), step
+
+
 def test_keep_prunes_old_checkpoints(tmp_path: Path) -> None:
     setup = COMMON + "\nstep_counter = 0\nSTOP_BEFORE_FORWARD = STOP_AFTER_STEP = -1\n"
     run([setup, LOOP], f"--checkpoint {tmp_path} --every 2 --keep 2 --display off")

@@ -109,3 +109,47 @@ def test_runs_table_from_the_magic(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["time", "notebook", "outcome"]
     assert "finished" in out[1]
+
+
+def test_tensorboard_events_hold_the_loss_and_the_logged_metrics(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    slow = COMMON + "\nimport jupyter_trainmate, time\n"
+    loop = LOOP.replace("opt.step()", "opt.step()\n        time.sleep(0.01)")  # ~1.6 s: readings
+    run([slow, loop], "--display off --tensorboard on")
+    (record,) = read_records(tmp_path / "runs")
+    folder = Path(record["tensorboard"])
+    assert folder.parent == tmp_path / "runs" / "tensorboard"
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    scalars = events.Tags()["scalars"]
+    assert {"train/loss", "train/samples_per_s", "metrics/val_loss"} <= set(scalars)
+    val = [(e.step, round(e.value, 4)) for e in events.Scalars("metrics/val_loss")]
+    assert val == [(8, 0.5), (16, 0.4)]  # logged after each epoch's 8 steps
+    losses = events.Scalars("train/loss")
+    assert losses
+    assert all(0 < e.value < 10 and 0 < e.step <= 16 for e in losses)
+
+
+def test_tensorboard_off_writes_nothing(tmp_path: Path) -> None:
+    run([COMMON + "\nimport jupyter_trainmate\n", LOOP], "--display off --tensorboard off")
+    (record,) = read_records(tmp_path / "runs")
+    assert record["tensorboard"] is None
+    assert not (tmp_path / "runs" / "tensorboard").exists()
+
+
+def test_tensorboard_on_without_the_package_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "tensorboard" else real(name, *a),
+    )
+    ip = fresh_shell()
+    ip.run_cell(COMMON + "\nimport jupyter_trainmate\n").raise_error()
+    result = ip.run_cell(f"%%train --tensorboard on --display off\n{LOOP}")
+    assert "tensorboard package is not installed" in str(result.error_in_exec)

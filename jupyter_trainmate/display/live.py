@@ -25,6 +25,7 @@ from .views import TextView, View, WidgetView, widgets_available
 
 if TYPE_CHECKING:
     from ..runtime.status import StatusWriter
+    from ..runtime.tensorboard import TensorBoardLog
 
 if TYPE_CHECKING:
     from ..runtime.session import TrainSession
@@ -42,9 +43,11 @@ class LiveDisplay:
         title: str = "%%train",
         item_lines: tuple[int, ...] = (),
         status: StatusWriter | None = None,
+        tensorboard: TensorBoardLog | None = None,
     ) -> None:
         self.session = session
         self.status = status
+        self.tensorboard = tensorboard
         self.state = RunState()
         self.item_lines = item_lines
         self.sampler = Sampler(shared_nvml())
@@ -121,11 +124,14 @@ class LiveDisplay:
         while not self._stop.wait(REFRESH_S):
             with contextlib.suppress(Exception):  # a reading or drawing error never stops training
                 now = time.monotonic()
-                if sample.ready(now):
+                sampled = sample.ready(now)
+                if sampled:
                     self.sampler.sample_once()
                     if self.status is not None and self.status.active:
                         self.status.write()
                 self._refresh()
+                if sampled and self.tensorboard is not None:
+                    self.tensorboard.progress(self.state.progress)
                 if view is not None and redraw.ready(now):
                     view.update(self.snapshot())
 

@@ -38,6 +38,7 @@ class TrainOptions:
     patience: int | None = None
     monitor: str | None = None
     mode: str = "min"
+    tensorboard: str = "auto"  # auto: event files when the tensorboard package is installed
 
     def __post_init__(self) -> None:
         if self.amp not in AMP_MODES:
@@ -60,8 +61,6 @@ class TrainOptions:
             )
         if (self.every or self.resume) and self.checkpoint is None:
             raise TrainmateError("--every/--resume need --checkpoint DIR")
-        if self.checkpoint is not None and self.accumulate > 1:
-            raise TrainmateError("--checkpoint with --accumulate is not supported yet")
         for item in self.set:
             name, eq, value = item.partition("=")
             if not eq or not name.isidentifier():
@@ -84,6 +83,8 @@ class TrainOptions:
             raise TrainmateError("--patience and --monitor go together")
         if self.patience is not None and self.patience < 1:
             raise TrainmateError(f"--patience {self.patience}: must be 1 or more")
+        if self.tensorboard not in ("auto", "on", "off"):
+            raise TrainmateError(f"--tensorboard {self.tensorboard}: choose one of auto, on, off")
         if self.mode not in ("min", "max"):
             raise TrainmateError(f"--mode {self.mode}: min or max")
         if self.accumulate < 1:

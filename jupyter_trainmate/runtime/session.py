@@ -36,6 +36,7 @@ from .checkpoint import (
     checkpoints,
     rng_state,
     set_rng_state,
+    snapshot_state,
     trainable_objects,
 )
 from .guards import STOP_CHECK_EVERY, EarlyStopping, NanGuard, SpikeGuard
@@ -203,13 +204,27 @@ class TrainSession:
         rng = rng_state()
         if torch_rng is not None:
             rng["torch"] = torch_rng
+        # Copied here, on the training thread: the writer thread serialises while training goes
+        # on, and state_dict() tensors share storage with the live weights and optimizer states.
+        states = {
+            kind: {n: snapshot_state(o.state_dict()) for n, o in found.items()}
+            for kind, found in objects.items()
+        }
+        if self.accumulate > 1 and self._pending > 0:
+            # Mid-window: the gradients summed so far are part of the state (the batches that
+            # produced them are not seen again after a resume).
+            states["grads"] = {
+                name: {
+                    key: None if p.grad is None else snapshot_state(p.grad)
+                    for key, p in model.named_parameters()
+                }
+                for name, model in objects["models"].items()
+            }
         payload = {
             "format": CHECKPOINT_FORMAT,
             "version": CHECKPOINT_VERSION,
-            **{
-                kind: {n: o.state_dict() for n, o in found.items()}
-                for kind, found in objects.items()
-            },
+            **states,
+            "pending": self._pending if self.accumulate > 1 else 0,
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "rng": rng,
             "epoch_rng": self._epoch_rng if position else None,
@@ -265,6 +280,14 @@ class TrainSession:
                     ) from None
         if payload.get("scaler") is not None and self.scaler is not None:
             self.scaler.load_state_dict(payload["scaler"])
+        for name, grads in (payload.get("grads") or {}).items():
+            params = dict(objects["models"][name].named_parameters())
+            for key, grad in grads.items():
+                if key in params:
+                    p = params[key]
+                    p.grad = None if grad is None else grad.to(p.device, p.dtype)
+        if payload.get("pending") and self.accumulate > 1:
+            self._pending = int(payload["pending"])
         self._resume = dict(payload)
         self._apply_settings(objects["optimizers"])
 
@@ -601,6 +624,8 @@ class TrainSession:
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
         self._backwards += 1
+        if self.accumulate > 1:
+            self._stepped = True  # its gradients are summed in: an interrupt counts the batch done
         return loss.backward(*args, **kwargs)
 
     @property
