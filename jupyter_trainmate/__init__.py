@@ -113,10 +113,13 @@ Importing this package is cheap: torch, tornado and libcst are imported only whe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._version import __version__
 from .runtime.summary import RunSummary, last_run
+
+T = TypeVar("T")
 
 
 def log(**values: float) -> None:
@@ -133,7 +136,17 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
     from jupyter_server.serverapp import ServerApp
 
-__all__ = ["RunSummary", "__version__", "last_run", "load_ipython_extension", "log"]
+__all__ = ["RunSummary", "__version__", "last_run", "load_ipython_extension", "log", "train"]
+
+
+def train(fn: Callable[..., T], options: str = "", /, **kwargs: Any) -> T:
+    """Run `fn(**kwargs)` as `%%train OPTIONS` runs a cell calling it, in or out of a notebook.
+
+    See `jupyter_trainmate.runner.train`; `trainmate refactor` turns `%%train` cells into calls of it.
+    """
+    from .runner import train as _train
+
+    return _train(fn, options, **kwargs)
 
 
 def load_ipython_extension(ip: InteractiveShell) -> None:

@@ -26,6 +26,24 @@ def _runs(args: argparse.Namespace) -> int:
     return runs_command(args.dir, args.markdown)
 
 
+def _refactor(args: argparse.Namespace) -> int:
+    from refactor.pipeline import refactor
+
+    out, text = refactor(
+        args.notebook,
+        args.output,
+        args.name,
+        force=args.force,
+        dry_run=args.dry_run,
+        skip_bad_cells=args.skip_bad_cells,
+    )
+    if args.dry_run:
+        print(text, end="")
+    else:
+        print(f"trainmate refactor: wrote {out} (see {out / 'REFACTOR_REPORT.md'})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainmate",
@@ -60,6 +78,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--markdown", type=Path, metavar="FILE", help="update the table in this Markdown file"
     )
     runs.set_defaults(run=_runs)
+
+    refactor = commands.add_parser(
+        "refactor",
+        help="turn a notebook into an installable Python package",
+        description="Write the notebook as a package: modules by concern, notebook state as "
+        "parameters, hyperparameters as a typed config with a CLI, dependencies in "
+        "pyproject.toml, and REFACTOR_REPORT.md saying where every cell went. The notebook "
+        "is never modified.",
+    )
+    refactor.add_argument("notebook", type=Path, help="the .ipynb file")
+    refactor.add_argument(
+        "-o", "--output", type=Path, help="output folder (default: beside the notebook, its name)"
+    )
+    refactor.add_argument("--name", help="the package's import name (default: from the file name)")
+    refactor.add_argument("--force", action="store_true", help="replace an existing output folder")
+    refactor.add_argument(
+        "--dry-run", action="store_true", help="print the plan (the report), write nothing"
+    )
+    refactor.add_argument(
+        "--skip-bad-cells",
+        action="store_true",
+        help="skip cells that do not parse (and report them) instead of stopping",
+    )
+    refactor.set_defaults(run=_refactor)
     return parser
 
 

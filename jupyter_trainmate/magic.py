@@ -6,12 +6,16 @@ import dataclasses
 import shlex
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .errors import TrainmateError
+
+if TYPE_CHECKING:
+    from .runtime.options import TrainOptions
 
 
 def _checkpoint_dir(value: str | None, namespace: dict[str, object]) -> str | None:
@@ -126,18 +130,14 @@ class TrainmateMagics(Magics):
         """Run an ordinary PyTorch training loop with mixed precision, prefetching and step timing."""
         __tracebackhide__ = True
         from .rewrite import rewrite_cell
-        from .runtime.options import TrainOptions
-        from .train import run_cell, show
+        from .runner import run_cell, show
 
-        args = parse_argstring(self.train, line)
+        parse_argstring(self.train, line)  # bad options: IPython's UsageError, as usual
         ip = self.shell
         assert ip is not None
         try:
             # The option names of the magic are TrainOptions' field names (dashes for _).
-            values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainOptions)}
-            values["checkpoint"] = _checkpoint_dir(args.checkpoint, ip.user_ns)
-            values["set"] = tuple(args.set)
-            options = TrainOptions(**values)
+            options = options_from_line(line, ip.user_ns)
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None
         source = ip.transform_cell(cell)
@@ -154,3 +154,17 @@ class TrainmateMagics(Magics):
             run_cell(source, filename, options, ip.user_ns, result)
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None
+
+
+def options_from_line(line: str, namespace: dict[str, object]) -> TrainOptions:
+    """`%%train`'s option line as `TrainOptions` (also for `jupyter_trainmate.train()`)."""
+    from .runtime.options import TrainOptions
+
+    try:
+        args = parse_argstring(TrainmateMagics.train, line)
+    except UsageError as exc:
+        raise TrainmateError(f"%%train {line}: {exc}") from None
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainOptions)}
+    values["checkpoint"] = _checkpoint_dir(args.checkpoint, namespace)
+    values["set"] = tuple(args.set)
+    return TrainOptions(**values)

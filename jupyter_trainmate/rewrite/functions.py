@@ -43,9 +43,12 @@ def called_names(module: cst.Module) -> tuple[set[str], set[tuple[str, str]]]:
 def notebook_function(name: str, namespace: Mapping[str, object]) -> FunctionSource | None:
     """The function `name` if it was defined in the notebook and can be rewritten from source."""
     fn = namespace.get(name)
-    if not isinstance(fn, types.FunctionType) or fn.__module__ != "__main__":
+    if not isinstance(fn, types.FunctionType):
         return None
-    if fn.__closure__ or not fn.__code__.co_filename.startswith(("<", "/tmp")):
+    handed = getattr(fn, "__trainmate_rewrite__", False)  # given to jupyter_trainmate.train()
+    if not handed and fn.__module__ != "__main__":
+        return None
+    if fn.__closure__ or not (handed or fn.__code__.co_filename.startswith(("<", "/tmp"))):
         return None
     try:
         lines, first = inspect.getsourcelines(fn)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .display.live import LiveDisplay
 from .errors import TrainmateError
@@ -30,6 +31,8 @@ from .runtime.session import TrainSession
 from .runtime.status import StatusWriter, notebook_path
 from .runtime.summary import Outcome, RunSummary
 from .runtime.tensorboard import TensorBoardLog, run_folder, wanted
+
+T = TypeVar("T")
 
 
 def show(result: RewriteResult) -> str:
@@ -117,6 +120,10 @@ def run_cell(
                 raise TrainmateError(f"--resume: no checkpoint in {session.checkpoint_dir}")
             session.resume_from(load_checkpoint(found[-1]))
         namespace[SESSION] = session
+        for _, ours in swapped.values():
+            # A function from a module (jupyter_trainmate.train()) reads the session from its
+            # module's globals; a notebook function's globals are the namespace itself.
+            ours.__globals__[SESSION] = session
         session.start()
         status = StatusWriter(
             session.progress, notebook=notebook_path(namespace), run_name=_run_name(result)
@@ -158,6 +165,8 @@ def run_cell(
         if status is not None:
             status.stop()
         namespace.pop(SESSION, None)
+        for _, ours in swapped.values():
+            ours.__globals__.pop(SESSION, None)
         for name, (original, ours) in swapped.items():
             if namespace.get(name) is ours:  # unless the cell itself redefined it
                 namespace[name] = original
@@ -207,3 +216,33 @@ def _record(
         append_record(runs_folder(notebook), record)
     except OSError as exc:  # a read-only folder must not turn a finished run into an error
         print(f"trainmate: run record not written: {exc}")
+
+
+def train(fn: Callable[..., T], options: str = "", /, **kwargs: Any) -> T:
+    """Run `fn(**kwargs)` the way `%%train OPTIONS` runs a cell that calls it, anywhere.
+
+    The function is rewritten like a notebook function (batch loops timed and prefetched,
+    backward/step through the session, AMP, guards, checkpoints, run records, the display: text
+    outside a notebook), so a package made from a notebook by `trainmate refactor` trains the
+    same way as the notebook did. Name the models, optimizers and schedulers in `kwargs`:
+    checkpoints and `--resume` find them by those names.
+
+    ```python
+    from jupyter_trainmate import train
+    train(fit, "--amp bf16 --checkpoint ckpt", model=model, optimizer=opt, loader=loader)
+    ```
+    """
+    from .magic import options_from_line
+
+    name = fn.__name__
+    if not name.isidentifier() or name in kwargs:
+        raise TrainmateError(f"train(): cannot call {name!r} with arguments {sorted(kwargs)}")
+    namespace: dict[str, Any] = {**kwargs, name: fn}
+    parsed = options_from_line(options, namespace)
+    fn.__trainmate_rewrite__ = True  # type: ignore[attr-defined]
+    arguments = ", ".join(f"{k}={k}" for k in kwargs)
+    run_cell(f"{_RESULT} = {name}({arguments})\n", "<jupyter_trainmate.train>", parsed, namespace)
+    return namespace[_RESULT]  # type: ignore[no-any-return]
+
+
+_RESULT = "__trainmate_result__"

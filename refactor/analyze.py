@@ -1,0 +1,239 @@
+"""
+Step 2: parse every code cell with libcst and say what each top-level statement is.
+
+Each statement becomes an `Item`: an import, a function, a class, a constant (a name bound to a
+literal: a hyperparameter), or a plain statement (notebook state: `model = Net()`, the loop, a
+print). libcst's scope analysis gives, for every function and class, the global names it reads
+(its free variables); for a statement, the names it reads and binds. `if __name__ ==
+"__main__":` gates are opened (their body is top-level code of a script). A cell that does not
+parse is a `BadCell` with its line (assignment placeholders like `<YOUR CODE>` are common).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import GlobalScope, Scope, ScopeProvider
+
+from .read import CodeCell, Notebook
+
+Scopes = Mapping[cst.CSTNode, Scope | None]
+Kind = Literal["import", "function", "class", "constant", "statement"]
+BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "get_ipython", "display"}
+
+
+@dataclass
+class Item:
+    cell: CodeCell
+    line: int
+    kind: Kind
+    node: cst.BaseStatement
+    name: str | None = None  # functions, classes, constants
+    binds: tuple[str, ...] = ()  # top-level names it binds
+    reads: tuple[str, ...] = ()  # global names it reads (free variables of a def)
+    value: object = None  # a constant's value
+    train_cell: bool = False  # the body of a %%train cell
+
+    @property
+    def code(self) -> str:
+        return cst.Module([]).code_for_node(self.node)
+
+
+@dataclass(frozen=True)
+class BadCell:
+    cell: int
+    line: int
+    message: str
+
+
+@dataclass
+class Analysis:
+    items: list[Item] = field(default_factory=list)
+    bad: list[BadCell] = field(default_factory=list)
+
+
+def analyze(nb: Notebook) -> Analysis:
+    out = Analysis()
+    for cell in nb.cells:
+        if not cell.python.strip():
+            continue
+        try:
+            module = cst.parse_module(cell.python)
+        except cst.ParserSyntaxError as exc:
+            out.bad.append(BadCell(cell.number, exc.raw_line, exc.message.splitlines()[0]))
+            continue
+        try:  # libcst parses some code CPython rejects; both must accept it
+            compile(cell.python, f"cell {cell.number}", "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            out.bad.append(BadCell(cell.number, exc.lineno or 1, exc.msg))
+            continue
+        out.items.extend(_items(cell, module))
+    return out
+
+
+def _opened(body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """Top-level statements with `if __name__ == "__main__":` gates replaced by their body."""
+    gate = m.If(
+        test=m.Comparison(
+            left=m.Name("__name__"),
+            comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString())],
+        ),
+        orelse=None,
+    )
+    opened: list[cst.BaseStatement] = []
+    for statement in body:
+        if m.matches(statement, gate) and isinstance(statement, cst.If):
+            block = statement.body
+            if isinstance(block, cst.IndentedBlock):
+                opened.extend(block.body)
+                continue
+        opened.append(statement)
+    return opened
+
+
+def _items(cell: CodeCell, module: cst.Module) -> list[Item]:
+    module = module.with_changes(body=_opened(list(module.body)))
+    wrapper = cst.MetadataWrapper(module)
+    scopes = wrapper.resolve(ScopeProvider)
+    positions = wrapper.resolve(cst.metadata.PositionProvider)
+    items = []
+    for statement in wrapper.module.body:
+        line = positions[statement].start.line
+        items.append(_item(cell, statement, line, scopes))
+    if cell.train_options is not None:
+        for item in items:
+            if item.kind in ("statement", "constant"):
+                item.train_cell = True
+                item.kind = "statement"
+    return items
+
+
+def _item(cell: CodeCell, node: cst.BaseStatement, line: int, scopes: Scopes) -> Item:
+    if isinstance(node, cst.FunctionDef | cst.ClassDef):
+        kind: Kind = "function" if isinstance(node, cst.FunctionDef) else "class"
+        reads = _free_globals(node, scopes)
+        return Item(cell, line, kind, node, node.name.value, (node.name.value,), reads)
+    if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1:
+        small = node.body[0]
+        if isinstance(small, cst.Import | cst.ImportFrom):
+            return Item(cell, line, "import", node, None, _import_names(small))
+        constant = _constant(small)
+        if constant is not None:
+            name, value = constant
+            return Item(cell, line, "constant", node, name, (name,), (), value)
+    return Item(cell, line, "statement", node, None, _bound(node), _read(node, scopes))
+
+
+def _import_names(node: cst.Import | cst.ImportFrom) -> tuple[str, ...]:
+    names = []
+    if isinstance(node.names, cst.ImportStar):
+        return ()
+    for alias in node.names:
+        if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            names.append(alias.asname.name.value)
+        elif isinstance(node, cst.Import):
+            names.append(cst.Module([]).code_for_node(alias.name).split(".")[0])
+        else:
+            names.append(cst.Module([]).code_for_node(alias.name))
+    return tuple(names)
+
+
+def _constant(node: cst.BaseSmallStatement) -> tuple[str, object] | None:
+    """`NAME = <literal>` or `NAME: T = <literal>`: a hyperparameter."""
+    if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        target, value = node.targets[0].target, node.value
+    elif isinstance(node, cst.AnnAssign) and node.value is not None:
+        target, value = node.target, node.value
+    else:
+        return None
+    if not isinstance(target, cst.Name):
+        return None
+    try:
+        literal = ast.literal_eval(cst.Module([]).code_for_node(value))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    if not _plain(literal):
+        return None
+    return target.value, literal
+
+
+def _plain(value: object) -> bool:
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, tuple | list) and value and len(value) <= 16:
+        kinds = {type(v) for v in value}
+        return len(kinds) == 1 and kinds <= {int, float, str, bool}
+    return False
+
+
+def _free_globals(node: cst.CSTNode, scopes: Scopes) -> tuple[str, ...]:
+    """Global names a def's body reads (not bound inside it), in order of first use."""
+    found: dict[str, None] = {}
+    seen: dict[int, Scope] = {}
+    for child in _walk(node):
+        scope = scopes.get(child)
+        if scope is not None and not isinstance(scope, GlobalScope):
+            seen.setdefault(id(scope), scope)
+    for scope in seen.values():
+        for access in scope.accesses:
+            name = access.node.value if isinstance(access.node, cst.Name) else None
+            if name is None or name in BUILTINS:
+                continue
+            if all(isinstance(a.scope, GlobalScope) for a in access.referents):
+                found.setdefault(name, None)
+    return tuple(found)
+
+
+def _read(node: cst.CSTNode, scopes: Scopes) -> tuple[str, ...]:
+    """Names a top-level statement reads (its own and those of its nested scopes)."""
+    found: dict[str, None] = {}
+    for child in _walk(node):
+        if isinstance(child, cst.Name):
+            scope = scopes.get(child)
+            if scope is None:
+                continue
+            for access in scope.accesses[child]:
+                globally = all(isinstance(a.scope, GlobalScope) for a in access.referents)
+                if globally and child.value not in BUILTINS:
+                    found.setdefault(child.value, None)
+    return tuple(found)
+
+
+def _bound(node: cst.CSTNode) -> tuple[str, ...]:
+    """Names a top-level statement binds: assignment, for and with targets, nested defs."""
+    names: dict[str, None] = {}
+    targets: list[cst.BaseExpression] = []
+    for found in m.findall(node, m.AssignTarget() | m.AnnAssign() | m.AugAssign() | m.For()):
+        targets.append(getattr(found, "target"))  # noqa: B009 (matchers return CSTNode)
+    for found in m.findall(node, m.AsName() | m.FunctionDef() | m.ClassDef()):
+        targets.append(getattr(found, "name"))  # noqa: B009
+    for target in targets:
+        for name in _target_names(target):
+            names.setdefault(name, None)
+    return tuple(names)
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, cst.Tuple | cst.List):
+        return [n for e in target.elements for n in _target_names(e.value)]
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return []
+
+
+def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
+    out = [node]
+    stack = [node]
+    while stack:
+        for child in stack.pop().children:
+            out.append(child)
+            stack.append(child)
+    return out

@@ -1,0 +1,72 @@
+"""
+`trainmate refactor NB.ipynb`: the steps in order (read -> analyze -> plan -> emit -> write).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from pathlib import Path
+
+from jupyter_trainmate.errors import TrainmateError
+
+from .analyze import analyze
+from .emit import emit
+from .output import write_package
+from .plan import plan
+from .read import read
+from .report import report
+
+
+def package_name(notebook: Path, name: str | None) -> str:
+    if name is not None:
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise TrainmateError(f"--name {name}: not a Python package name")
+        return name
+    guess = re.sub(r"\W+", "_", notebook.stem.lower()).strip("_") or "notebook"
+    if guess[0].isdigit() or keyword.iskeyword(guess):
+        guess = "nb_" + guess
+    return guess
+
+
+def refactor(
+    notebook: Path,
+    out: Path | None = None,
+    name: str | None = None,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+    skip_bad_cells: bool = False,
+) -> tuple[Path, str]:
+    """Refactor `notebook` into a package in `out`; returns (out, the report's text)."""
+    pkg = package_name(notebook, name)
+    out = out if out is not None else notebook.with_suffix("")
+    if out.exists() and not force and not dry_run:
+        raise TrainmateError(f"{out}: exists; add --force to replace it")
+    if out.resolve() == notebook.resolve():
+        raise TrainmateError(f"{out}: is the notebook itself")
+    nb = read(notebook)
+    analysis = analyze(nb)
+    if analysis.bad and not skip_bad_cells:
+        bad = analysis.bad[0]
+        more = f" (and {len(analysis.bad) - 1} more)" if len(analysis.bad) > 1 else ""
+        raise TrainmateError(
+            f"{notebook}: cell {bad.cell}, line {bad.line}: cannot parse: {bad.message}{more}; "
+            "fix it or add --skip-bad-cells"
+        )
+    the_plan = plan(nb, analysis, pkg)
+    for bad in analysis.bad:
+        from .read import Note
+
+        the_plan.notes.append(Note(bad.cell, bad.line, "skipped", f"does not parse: {bad.message}"))
+    emitted = emit(the_plan)
+    if dry_run:
+        return out, report(the_plan, emitted, "(dry run: not formatted or checked)")
+    text: dict[str, str] = {}
+
+    def make_report(findings: str) -> tuple[str, str]:
+        text["report"] = report(the_plan, emitted, findings)
+        return "REFACTOR_REPORT.md", text["report"]
+
+    write_package(emitted.files, out, force, make_report)
+    return out, text["report"]

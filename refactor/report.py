@@ -1,0 +1,71 @@
+"""
+Step 6: `REFACTOR_REPORT.md`, what the command did: every cell and where it went, every
+parameter created, every config field, everything dropped, commented out, skipped or redefined,
+the dependencies and where they came from.
+"""
+
+from __future__ import annotations
+
+from .emit import Emitted
+from .plan import Plan
+
+
+def report(plan: Plan, emitted: Emitted, findings: str) -> str:
+    nb = plan.notebook
+    lines = [
+        f"# Refactor report: `{nb.path.name}` -> `{plan.package}`",
+        "",
+        f"{len(nb.cells)} code cells; modules: "
+        + ", ".join(sorted({f.split("/")[-1] for f in emitted.files if f.endswith(".py")})),
+        "",
+        "## Cells",
+        "",
+        "| cell | went to |",
+        "| --- | --- |",
+    ]
+    for cell in nb.cells:
+        if cell.number in plan.skipped_cells:
+            where = "skipped: does not parse (--skip-bad-cells)"
+        else:
+            where = "; ".join(emitted.places.get(cell.number, []))
+            if not where:
+                kinds = sorted({n.kind for n in nb.notes if n.cell == cell.number})
+                where = ", ".join(kinds) + " (below)" if kinds else "nothing (no code left)"
+        lines.append(f"| {cell.number} | {where} |")
+    lines += ["", "## Parameters created", ""]
+    created = [(n, p) for n, ps in sorted(emitted.params.items()) for p in ps]
+    for name, param in created:
+        default = f" (default `{param.default}`)" if param.default else ""
+        lines.append(
+            f"- `{name}({param.name}=...)`: was the notebook global `{param.source}`{default}"
+        )
+    for train_cell in emitted.train_cells:
+        lines.append(
+            f"- `{train_cell.name}({', '.join(train_cell.params)})`: the `%%train` cell "
+            f"{train_cell.number}"
+            + (f", returns {', '.join(train_cell.returns)}" if train_cell.returns else "")
+        )
+    if not created and not emitted.train_cells:
+        lines.append("None: no function reads notebook state.")
+    lines += ["", "## Config", ""]
+    for name, item in plan.constants.items():
+        lines.append(f"- `{plan.field_name(name)}` = `{item.value!r}` (cell {item.cell.number})")
+    if plan.device:
+        lines.append('- `device` = `auto`: the notebook hard-coded a device (`.cuda()`, `"cuda"`)')
+    if not plan.constants and not plan.device:
+        lines.append("No constants.")
+    lines += ["", "## Dependencies", ""]
+    for requirement, where in sorted(nb.dependencies.items()):
+        lines.append(f"- `{requirement}` (from `pip install` in {where})")
+    lines.append("- and the distributions of the imports the modules use (pyproject.toml)")
+    notes = sorted([*nb.notes, *plan.notes, *emitted.notes], key=lambda n: (n.cell, n.line or 0))
+    lines += ["", "## Dropped, commented out, kept, redefined, warnings", ""]
+    for note in notes:
+        lines.append(f"- {note.where()}: {note.kind}: {note.text}")
+    if not notes:
+        lines.append("Nothing.")
+    lines += ["", "## Checks", ""]
+    lines.append(f"`ruff check`: {'clean' if not findings else 'findings left:'}")
+    if findings:
+        lines += ["", "```", findings, "```"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,176 @@
+"""
+The libcst edits the emit step applies to notebook code (one transformer per concern):
+
+- `DeviceTransformer`: `.cuda()` / `.cuda(N)` -> `.to(device)`, and a `"cuda"` / `"cuda:N"` literal
+  given to `torch.device(...)`, `.to(...)` or a `device=` keyword -> `device` (a parameter, so the
+  package runs on a CPU too).
+- `GlobalsToParameters`: a function (or class `__init__`) gets keyword-only parameters for the
+  notebook globals it reads, and its body reads the parameters.
+- `CallSites`: every call of such a function or class passes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import libcst as cst
+import libcst.matchers as m
+
+from .plan import Param
+
+CUDA_TEXT = m.SimpleString(value=m.MatchRegex(r"^[rbu]*['\"]cuda(:\d+)?['\"]$"))
+
+
+class DeviceTransformer(cst.CSTTransformer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed = 0
+        self._device_args = 0  # inside torch.device(...) / .to(...) / device=
+
+    def _device_call(self, node: cst.Call) -> bool:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("device", "to"):
+            return True
+        return isinstance(func, cst.Name) and func.value == "device"
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._device_call(node):
+            self._device_args += 1
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
+        if self._device_call(original_node):
+            self._device_args -= 1
+        func = updated_node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
+            self.changed += 1
+            return updated_node.with_changes(
+                func=func.with_changes(attr=cst.Name("to")), args=[cst.Arg(cst.Name("device"))]
+            )
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "device"
+            and len(updated_node.args) == 1
+            and isinstance(updated_node.args[0].value, cst.Name)
+            and updated_node.args[0].value.value == "device"
+        ):
+            return cst.Name("device")  # torch.device("cuda:2") became torch.device(device)
+        return updated_node
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        keyword = original_node.keyword
+        in_device_call = self._device_args > 0 and keyword is None
+        is_device_kw = keyword is not None and keyword.value == "device"
+        if (in_device_call or is_device_kw) and m.matches(updated_node.value, CUDA_TEXT):
+            self.changed += 1
+            return updated_node.with_changes(value=cst.Name("device"))
+        return updated_node
+
+
+class _Rename(cst.CSTTransformer):
+    """Rename reads of globals (`LR` -> `lr`); attribute names and keywords are left alone."""
+
+    def __init__(self, names: Mapping[str, str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        return False  # `x.LR` is not the global: only the value part is renamed (below)
+
+    def leave_Attribute(
+        self, original_node: cst.Attribute, updated_node: cst.Attribute
+    ) -> cst.Attribute:
+        return updated_node.with_changes(value=original_node.value.visit(self))
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        return True
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        return updated_node.with_changes(keyword=original_node.keyword)
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+        new = self.names.get(original_node.value)
+        return updated_node.with_changes(value=new) if new else updated_node
+
+
+def _with_params(fn: cst.FunctionDef, params: list[Param]) -> cst.FunctionDef:
+    existing = {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params)}
+    added = [
+        cst.Param(
+            name=cst.Name(p.name),
+            default=cst.Name(p.default) if p.default is not None else None,
+        )
+        for p in params
+        if p.name not in existing
+    ]
+    if not added:
+        return fn
+    renames = {p.source: p.name for p in params if p.source != p.name}
+    body = fn.body.visit(_Rename(renames)) if renames else fn.body
+    star = fn.params.star_arg
+    if not isinstance(star, cst.Param):
+        star = cst.ParamStar()
+    required = [p for p in added if p.default is None]
+    optional = [p for p in added if p.default is not None]
+    kwonly = [*required, *fn.params.kwonly_params, *optional]
+    if any(p.default is not None for p in fn.params.kwonly_params):
+        kwonly = [*fn.params.kwonly_params, *added]  # keyword-only order does not matter
+    return fn.with_changes(
+        params=fn.params.with_changes(star_arg=star, kwonly_params=kwonly),
+        body=body,
+    )
+
+
+def add_parameters(node: cst.BaseStatement, params: list[Param]) -> cst.BaseStatement:
+    if not params:
+        return node
+    if isinstance(node, cst.FunctionDef):
+        return _with_params(node, params)
+    if isinstance(node, cst.ClassDef) and isinstance(node.body, cst.IndentedBlock):
+        body = [
+            _with_params(s, params)
+            if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
+            else s
+            for s in node.body.body
+        ]
+        return node.with_changes(body=node.body.with_changes(body=body))
+    return node
+
+
+class CallSites(cst.CSTTransformer):
+    """`train_epoch(model, loader)` -> `train_epoch(model, loader, device=device, lr=LR)`.
+
+    `callee_params`: the parameters each function or class gained; `local`: how the caller
+    names each notebook global (a caller's own parameter name, or the global's name).
+    """
+
+    def __init__(self, callee_params: Mapping[str, list[Param]], local: Mapping[str, str]) -> None:
+        super().__init__()
+        self.callee_params = callee_params
+        self.local = local
+
+    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
+        func = updated_node.func
+        if not isinstance(func, cst.Name) or func.value not in self.callee_params:
+            return updated_node
+        passed = {a.keyword.value for a in updated_node.args if a.keyword is not None}
+        if any(a.star for a in updated_node.args):
+            passed |= {"**"}
+        args = list(updated_node.args)
+        for param in self.callee_params[func.value]:
+            if param.name in passed or "**" in passed:
+                continue
+            value = self.local.get(param.source, param.source)
+            args.append(
+                cst.Arg(
+                    keyword=cst.Name(param.name),
+                    value=cst.Name(value),
+                    equal=cst.AssignEqual(
+                        whitespace_before=cst.SimpleWhitespace(""),
+                        whitespace_after=cst.SimpleWhitespace(""),
+                    ),
+                )
+            )
+        if args and len(args) != len(updated_node.args):
+            fixed = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
+            return updated_node.with_changes(args=fixed)
+        return updated_node
