@@ -22,7 +22,7 @@ def test_help_lists_real_subcommands_only(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert "doctor" in out
     assert "runs" in out
-    assert "refactor" not in out  # arrives with its issue, not as a placeholder
+    assert "refactor" in out
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
