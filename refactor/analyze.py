@@ -63,15 +63,15 @@ def analyze(nb: Notebook) -> Analysis:
     for cell in nb.cells:
         if not cell.python.strip():
             continue
+        try:  # CPython's message first: the one users know
+            compile(cell.python, f"cell {cell.number}", "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            out.bad.append(BadCell(cell.number, exc.lineno or 1, exc.msg))
+            continue
         try:
             module = cst.parse_module(cell.python)
         except cst.ParserSyntaxError as exc:
             out.bad.append(BadCell(cell.number, exc.raw_line, exc.message.splitlines()[0]))
-            continue
-        try:  # libcst parses some code CPython rejects; both must accept it
-            compile(cell.python, f"cell {cell.number}", "exec", dont_inherit=True)
-        except SyntaxError as exc:
-            out.bad.append(BadCell(cell.number, exc.lineno or 1, exc.msg))
             continue
         out.items.extend(_items(cell, module))
     return out

@@ -64,6 +64,10 @@ class Emitted:
     train_cells: list[TrainCell]
 
 
+def _is_init(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.FunctionDef) and node.name.value == "__init__"
+
+
 def _code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node)
 
@@ -106,7 +110,12 @@ def _display_only(item: Item) -> bool:
         name = func.value if isinstance(func, cst.Name) else None
         if isinstance(func, cst.Attribute):
             name = func.attr.value
-        return name in DISPLAY_CALLS
+        inner = [a.value for a in value.args] + (
+            [func.value] if isinstance(func, cst.Attribute) else []
+        )
+        return name in DISPLAY_CALLS and not any(m.findall(v, m.Call()) for v in inner)
+    if m.findall(value, m.Call()):
+        return False  # `model(x).shape` runs the model (BatchNorm statistics, random draws)
     return isinstance(
         value,
         cst.Name
@@ -138,10 +147,19 @@ class _Emitter:
 
     # -- code of one definition or statement ---------------------------------------------------
 
-    def transformed(self, node: cst.BaseStatement, local: dict[str, str]) -> cst.BaseStatement:
+    def transformed(
+        self, node: cst.BaseStatement, local: dict[str, str], in_run: bool = False
+    ) -> cst.BaseStatement:
         if self.plan.device:
             node = node.visit(DeviceTransformer())  # type: ignore[assignment]
-        return node.visit(CallSites(self.callee_params, local))  # type: ignore[return-value]
+        if isinstance(node, cst.ClassDef) and isinstance(node.body, cst.IndentedBlock):
+            # only __init__ receives the class's parameters; other methods use the defaults
+            body = [
+                s.visit(CallSites(self.callee_params, local if _is_init(s) else {}, in_run))
+                for s in node.body.body
+            ]
+            return node.with_changes(body=node.body.with_changes(body=body))
+        return node.visit(CallSites(self.callee_params, local, in_run))  # type: ignore[return-value]
 
     def definition(self, name: str) -> str:
         placed = self.plan.placed[name]
@@ -279,6 +297,10 @@ def _run(e: _Emitter) -> tuple[str, list[TrainCell], set[str]]:
                 group.append(merged[index])
             cell = TrainCell(item.cell.number, item.cell.train_options or "", group)
             reads = [r for it in group for r in it.reads]
+            for name in list(reads):  # what the functions it calls need, passed through
+                placed = plan.placed.get(name)
+                if placed is not None:
+                    reads += [p.source for p in placed.params]
             cell.params = sorted({r for r in reads if r in bound})
             binds = {b for it in group for b in it.binds}
             later = {r for it in merged[index + 1 :] for r in it.reads}
@@ -322,7 +344,7 @@ def _run(e: _Emitter) -> tuple[str, list[TrainCell], set[str]]:
         if item.kind in ("function", "class"):
             assert item.name is not None
             node = add_parameters(node, plan.placed[item.name].params)
-        lines.append(_code(e.transformed(node, {})).strip("\n"))
+        lines.append(_code(e.transformed(node, {}, in_run=True)).strip("\n"))
         bound |= set(item.binds)
         e.place(item.cell.number, f"{plan.package}.train.run()")
     used = _names("\n".join(lines))
@@ -351,7 +373,9 @@ def _run(e: _Emitter) -> tuple[str, list[TrainCell], set[str]]:
 
 
 def _train_cell_function(e: _Emitter, cell: TrainCell) -> str:
-    body = "\n".join(_code(e.transformed(it.node, {})).strip("\n") for it in cell.items)
+    body = "\n".join(
+        _code(e.transformed(it.node, {p: p for p in cell.params})).strip("\n") for it in cell.items
+    )
     if cell.returns:
         body += "\nreturn " + ", ".join(cell.returns)
     params = ", ".join(cell.params)

@@ -181,7 +181,7 @@ def _parameters(out: Plan) -> None:
         if out.device and _hard_coded_device(item.node) and "device" not in reads:
             reads.append("device")
         if isinstance(item.node, cst.ClassDef):
-            init_reads = _init_reads(item.node, reads)
+            init_reads = _init_reads(item.node, list(item.reads))
             outside = [r for r in reads if r in state and r not in init_reads]
             if outside:
                 out.in_run.add(name)  # reads notebook state outside __init__: defined in run()
@@ -197,7 +197,8 @@ def _parameters(out: Plan) -> None:
                 continue
             reads = init_reads
         needs[name] = [r for r in reads if r in state or r in constants]
-        calls[name] = {r for r in item.reads if r in out.placed}
+        callees = reads if isinstance(item.node, cst.ClassDef) else item.reads  # __init__ only
+        calls[name] = {r for r in callees if r in out.placed}
     changed = True
     while changed:  # a function calling one that needs a global needs it too
         changed = False
@@ -233,5 +234,25 @@ def _init_reads(node: cst.ClassDef, reads: list[str]) -> list[str]:
     return [r for r in reads if r in names]
 
 
+class _Names(cst.CSTVisitor):
+    """Variable names in code: not attribute names (`x.lr`) nor keywords (`f(lr=...)`)."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+
 def _local_names(node: cst.CSTNode) -> set[str]:
-    return {n.value for n in m.findall(node, m.Name()) if isinstance(n, cst.Name)}
+    names = _Names()
+    node.visit(names)
+    return names.names

@@ -230,6 +230,8 @@ def _writefile(cell: CodeCell, line: str, body: str, nb: Notebook) -> None:
         )
         return
     target = Path(names[0]).as_posix()
+    if body and not body.endswith("\n"):
+        body += "\n"  # as IPython passes a cell magic its body
     nb.files[target] = (nb.files.get(target, "") if append else "") + body
     nb.notes.append(Note(cell.number, 1, "file", f"%%writefile {target}: emitted into the package"))
 

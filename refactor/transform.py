@@ -140,13 +140,16 @@ class CallSites(cst.CSTTransformer):
     """`train_epoch(model, loader)` -> `train_epoch(model, loader, device=device, lr=LR)`.
 
     `callee_params`: the parameters each function or class gained; `local`: how the caller
-    names each notebook global (a caller's own parameter name, or the global's name).
+    names each notebook global it receives (its own parameter names).
     """
 
-    def __init__(self, callee_params: Mapping[str, list[Param]], local: Mapping[str, str]) -> None:
+    def __init__(
+        self, callee_params: Mapping[str, list[Param]], local: Mapping[str, str], in_run: bool
+    ) -> None:
         super().__init__()
         self.callee_params = callee_params
         self.local = local
+        self.in_run = in_run  # run() binds every constant as a local
 
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
         func = updated_node.func
@@ -159,6 +162,8 @@ class CallSites(cst.CSTTransformer):
         for param in self.callee_params[func.value]:
             if param.name in passed or "**" in passed:
                 continue
+            if param.default is not None and not self.in_run and param.source not in self.local:
+                continue  # a constant this caller does not receive: the default is its value
             value = self.local.get(param.source, param.source)
             args.append(
                 cst.Arg(

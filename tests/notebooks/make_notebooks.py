@@ -1,0 +1,442 @@
+"""Write the notebooks the refactor tests use (run it to regenerate them: `python make_notebooks.py`).
+
+- `kitchen_sink.ipynb`: every case `trainmate refactor` must handle, one or two cells each.
+- `realistic_training.ipynb`: a training notebook of 100+ cells as people write them (many small
+  cells, headings, constants, a Dataset, transforms, two models, a loop in a function, a %%train
+  cell, evaluation, redefinitions, display-only cells), runnable on a CPU in seconds.
+- `nbdev_style.ipynb`: nbdev's `#| default_exp` / `#| export` markers.
+- `old_v3.ipynb`: an nbformat 3 notebook (worksheets), written as JSON by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_raw_cell
+
+HERE = Path(__file__).parent
+
+
+def code(source: str, tags: tuple[str, ...] = ()) -> nbformat.NotebookNode:
+    cell = new_code_cell(source.strip("\n"))
+    if tags:
+        cell.metadata["tags"] = list(tags)
+    return cell
+
+
+def md(source: str) -> nbformat.NotebookNode:
+    return new_markdown_cell(source.strip("\n"))
+
+
+def save(name: str, cells: list[nbformat.NotebookNode]) -> None:
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{i:03d}"  # stable ids: the files do not change when regenerated
+    nbformat.write(nb, HERE / name)
+
+
+def kitchen_sink() -> None:
+    save(
+        "kitchen_sink.ipynb",
+        [
+            md("# Kitchen sink\nEvery notebook habit the refactor must survive."),
+            code("!pip install -q 'tqdm>=4.60' rich==13.7.1\n%pip install packaging"),
+            code("%matplotlib inline\n%load_ext autoreload\n%autoreload 2\n%watermark -v"),
+            code(
+                "import os\nimport torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader, TensorDataset"
+            ),
+            new_raw_cell("raw cell: ignored"),
+            code(""),
+            md("## Config\nHyperparameters."),
+            code("LR = 0.05\nEPOCHS = 2\nHIDDEN = 8\nNAME = 'sink'\nLAYERS = [8, 8]"),
+            md("## Data"),
+            code(
+                "def make_loader(n):\n"
+                "  g = torch.Generator().manual_seed(0)\n"
+                "  x = torch.randn(n, 4, generator=g)\n"
+                "  y = (x.sum(1) > 0).long()\n"
+                "  return DataLoader(TensorDataset(x, y), batch_size=16)\n"
+            ),
+            code("%%time\nloader = make_loader(64)\ncount = len(loader)"),
+            code("%time n_batches = len(loader)"),
+            md("## Model"),
+            code(
+                "class Net(nn.Module):\n"
+                "\tdef __init__(self):\n"
+                "\t\tsuper().__init__()\n"
+                "\t\tself.body = nn.Sequential(nn.Linear(4, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 2))\n"
+                "\tdef forward(self, x):\n"
+                "\t\treturn self.body(x)\n"
+            ),
+            code(
+                "device = torch.device('cuda:2')\nmodel = Net().cuda()\nopt = torch.optim.SGD(model.parameters(), lr=LR)"
+            ),
+            md("## Training"),
+            code(
+                "def step(xb, yb):\n"
+                "    opt.zero_grad()\n"
+                "    loss = nn.functional.cross_entropy(model(xb.to(device)), yb.to(device))\n"
+                "    loss.backward()\n"
+                "    opt.step()\n"
+                "    return loss.item()\n"
+            ),
+            code(
+                "def fit(epochs):\n    return [step(xb, yb) for _ in range(epochs) for xb, yb in loader]"
+            ),
+            code(
+                "def fit(epochs):\n"
+                "    losses = []\n"
+                "    for _ in range(epochs):\n"
+                "        for xb, yb in loader:\n"
+                "            losses.append(step(xb, yb))\n"
+                "    return losses\n"
+            ),
+            code("losses = fit(EPOCHS)\nlosses[-1]"),
+            code(
+                "%%train --amp off\n"
+                "for epoch in range(EPOCHS):\n"
+                "    for xb, yb in loader:\n"
+                "        opt.zero_grad()\n"
+                "        nn.functional.cross_entropy(model(xb.to(device)), yb.to(device)).backward()\n"
+                "        opt.step()\n"
+                "trained = True"
+            ),
+            code(
+                "def accuracy(model, loader):\n"
+                "    right = sum((model(xb.to(device)).argmax(1) == yb.to(device)).sum().item() for xb, yb in loader)\n"
+                "    return right / sum(len(yb) for _, yb in loader)\n",
+                tags=("trainmate:module=metrics",),
+            ),
+            code("acc = accuracy(model, loader)\nprint('%s accuracy %.2f'\n      % (NAME, acc))"),
+            code("files = !ls\nfor f in files[:1]:\n    !echo {f}\n"),
+            code("%%writefile settings.txt\nname = sink\n"),
+            code("%cd /tmp"),
+            code("%%bash\necho from bash"),
+            code("lr = <YOUR CODE HERE>"),
+            code("if __name__ == '__main__':\n    print('trained', trained, acc)"),
+            md("That is all."),
+        ],
+    )
+
+
+REALISTIC = r"""
+# md: # CIFAR-like classification (synthetic data)
+# md: A training notebook the way people write them: small cells, state everywhere.
+!pip install -q tqdm
+%load_ext autoreload
+%autoreload 2
+%load_ext jupyter_trainmate
+import math
+import random
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import Dataset, DataLoader
+from tqdm.auto import tqdm
+# md: ## Configuration
+SEED = 0
+N_TRAIN = 512
+N_VALID = 128
+IMAGE_SIZE = 8
+CHANNELS = 3
+N_CLASSES = 4
+BATCH_SIZE = 64
+EPOCHS = 2
+LR = 3e-3
+WEIGHT_DECAY = 1e-4
+DROPOUT = 0.1
+WIDTH = 16
+def seed_everything(seed):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+seed_everything(SEED)
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+device
+# md: ## Data
+# md: Synthetic images whose class is the brightest quadrant.
+def make_images(n, generator):
+    images = torch.rand(n, CHANNELS, IMAGE_SIZE, IMAGE_SIZE, generator=generator)
+    half = IMAGE_SIZE // 2
+    quadrants = torch.stack([
+        images[:, :, :half, :half].mean((1, 2, 3)),
+        images[:, :, :half, half:].mean((1, 2, 3)),
+        images[:, :, half:, :half].mean((1, 2, 3)),
+        images[:, :, half:, half:].mean((1, 2, 3)),
+    ], 1)
+    return images, quadrants.argmax(1)
+g = torch.Generator().manual_seed(SEED)
+train_x, train_y = make_images(N_TRAIN, g)
+valid_x, valid_y = make_images(N_VALID, g)
+train_x.shape
+train_y[:10]
+MEAN = 0.5
+STD = 0.29
+def normalize(x):
+    return (x - MEAN) / STD
+def random_flip(x):
+    if random.random() < 0.5:
+        return x.flip(-1)
+    return x
+class ImageDataset(Dataset):
+    def __init__(self, images, labels, transform=None):
+        self.images = images
+        self.labels = labels
+        self.transform = transform
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, i):
+        x = self.images[i]
+        if self.transform is not None:
+            x = self.transform(x)
+        return normalize(x), self.labels[i]
+train_ds = ImageDataset(train_x, train_y, transform=random_flip)
+valid_ds = ImageDataset(valid_x, valid_y)
+len(train_ds), len(valid_ds)
+def collate(batch):
+    xs, ys = zip(*batch)
+    return torch.stack(xs), torch.stack(ys)
+train_loader = DataLoader(train_ds, batch_size=BATCH_SIZE, shuffle=True, collate_fn=collate)
+valid_loader = DataLoader(valid_ds, batch_size=BATCH_SIZE, collate_fn=collate)
+xb, yb = next(iter(train_loader))
+xb.shape, yb.shape
+# md: ## Model
+class ConvBlock(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+        self.bn = nn.BatchNorm2d(cout)
+
+    def forward(self, x):
+        return F.relu(self.bn(self.conv(x)))
+class SmallNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(ConvBlock(CHANNELS, WIDTH), ConvBlock(WIDTH, WIDTH))
+        self.drop = nn.Dropout(DROPOUT)
+        self.head = nn.Linear(WIDTH, N_CLASSES)
+
+    def forward(self, x):
+        x = self.blocks(x)
+        x = x.mean((2, 3))
+        return self.head(self.drop(x))
+class LinearBaseline(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(CHANNELS * IMAGE_SIZE * IMAGE_SIZE, N_CLASSES)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+def count_parameters(m):
+    return sum(p.numel() for p in m.parameters() if p.requires_grad)
+baseline = LinearBaseline().to(device)
+count_parameters(baseline)
+model = SmallNet().to(device)
+count_parameters(model)
+model(xb.to(device)).shape
+# md: ## Training
+loss_fn = nn.CrossEntropyLoss()
+def make_optimizer(m):
+    return torch.optim.AdamW(m.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+optimizer = make_optimizer(model)
+scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=EPOCHS * len(train_loader))
+def train_one_epoch(m, loader, opt, sched):
+    m.train()
+    total, seen = 0.0, 0
+    for xb, yb in tqdm(loader, leave=False):
+        xb, yb = xb.to(device), yb.to(device)
+        opt.zero_grad()
+        loss = loss_fn(m(xb), yb)
+        loss.backward()
+        opt.step()
+        sched.step()
+        total += loss.item() * len(yb)
+        seen += len(yb)
+    return total / seen
+@torch.no_grad()
+def evaluate(m, loader):
+    m.eval()
+    correct, seen, total = 0, 0, 0.0
+    for xb, yb in loader:
+        xb, yb = xb.to(device), yb.to(device)
+        out = m(xb)
+        total += loss_fn(out, yb).item() * len(yb)
+        correct += (out.argmax(1) == yb).sum().item()
+        seen += len(yb)
+    return total / seen, correct / seen
+evaluate(model, valid_loader)
+history = []
+for epoch in range(EPOCHS):
+    train_loss = train_one_epoch(model, train_loader, optimizer, scheduler)
+    valid_loss, valid_acc = evaluate(model, valid_loader)
+    history.append((train_loss, valid_loss, valid_acc))
+    print(f"epoch {epoch}: train {train_loss:.3f} valid {valid_loss:.3f} acc {valid_acc:.2f}")
+history[-1]
+# md: ## The baseline, for comparison
+baseline_opt = make_optimizer(baseline)
+baseline_sched = torch.optim.lr_scheduler.StepLR(baseline_opt, step_size=1)
+for epoch in range(EPOCHS):
+    train_one_epoch(baseline, train_loader, baseline_opt, baseline_sched)
+baseline_loss, baseline_acc = evaluate(baseline, valid_loader)
+baseline_acc
+# md: ## A second schedule, with %%train
+%%train --amp off
+model2 = SmallNet().to(device)
+optimizer2 = make_optimizer(model2)
+for epoch in range(EPOCHS):
+    model2.train()
+    for xb, yb in train_loader:
+        xb, yb = xb.to(device), yb.to(device)
+        optimizer2.zero_grad()
+        loss = loss_fn(model2(xb), yb)
+        loss.backward()
+        optimizer2.step()
+model2_loss, model2_acc = evaluate(model2, valid_loader)
+model2_acc
+# md: ## Results
+def summarize(history):
+    best = max(h[2] for h in history)
+    return {"best_acc": best, "final_train_loss": history[-1][0]}
+summary = summarize(history)
+summary
+results = {"model": summary["best_acc"], "baseline": baseline_acc, "model2": model2_acc}
+for name, acc in sorted(results.items()):
+    print(f"{name:10s} {acc:.3f}")
+# md: ## Errors per class
+def per_class_accuracy(m, loader):
+    m.eval()
+    right = torch.zeros(N_CLASSES)
+    total = torch.zeros(N_CLASSES)
+    with torch.no_grad():
+        for xb, yb in loader:
+            pred = m(xb.to(device)).argmax(1).cpu()
+            for c in range(N_CLASSES):
+                mask = yb == c
+                right[c] += (pred[mask] == c).sum()
+                total[c] += mask.sum()
+    return (right / total.clamp(min=1)).tolist()
+per_class = per_class_accuracy(model, valid_loader)
+per_class
+worst = int(np.argmin(per_class))
+print("worst class", worst)
+# md: ## Saving
+CHECKPOINT = "model.pt"
+def save(m, path):
+    torch.save(m.state_dict(), path)
+save(model, CHECKPOINT)
+reloaded = SmallNet().to(device)
+reloaded.load_state_dict(torch.load(CHECKPOINT, weights_only=True))
+evaluate(reloaded, valid_loader)
+# md: ## Scratch
+def normalize(x):
+    return (x - MEAN) / STD
+math.sqrt(2)
+"""
+
+
+def realistic() -> None:
+    """One cell per top-level statement (a block with its body; a %%cell up to the next heading)."""
+    cells: list[nbformat.NotebookNode] = []
+    current: list[str] = []
+
+    def flush() -> None:
+        if current:
+            cells.append(code("\n".join(current)))
+            current.clear()
+
+    for line in REALISTIC.strip("\n").split("\n"):
+        if line.startswith("# md: "):
+            flush()
+            cells.append(md(line.removeprefix("# md: ")))
+        elif (
+            not line
+            or line.startswith((" ", "\t", ")", "]", "}"))
+            or (current and current[0].startswith("%%"))
+            or (current and current[-1].startswith("@"))
+        ):
+            current.append(line)
+        else:
+            flush()
+            current.append(line)
+    flush()
+    save("realistic_training.ipynb", cells)
+
+
+def nbdev_style() -> None:
+    save(
+        "nbdev_style.ipynb",
+        [
+            code("#| default_exp layers"),
+            md("# Layers\nnbdev style: only exported cells are the package."),
+            code("#| export\nimport torch\nfrom torch import nn"),
+            code(
+                "#| export\nclass Scale(nn.Module):\n    def __init__(self, factor=2.0):\n        super().__init__()\n        self.factor = factor\n\n    def forward(self, x):\n        return x * self.factor"
+            ),
+            code("Scale()(torch.ones(2))  # a quick check, not exported"),
+            code("#| export\ndef double(x):\n    return Scale(2.0)(x)"),
+            code("def scratch():\n    return 'not exported'"),
+        ],
+    )
+
+
+def old_v3() -> None:
+    notebook = {
+        "metadata": {"name": "old"},
+        "nbformat": 3,
+        "nbformat_minor": 0,
+        "worksheets": [
+            {
+                "cells": [
+                    {
+                        "cell_type": "heading",
+                        "level": 1,
+                        "metadata": {},
+                        "source": ["An old notebook"],
+                    },
+                    {
+                        "cell_type": "code",
+                        "collapsed": False,
+                        "input": ["import torch\n", "SCALE = 3"],
+                        "language": "python",
+                        "metadata": {},
+                        "outputs": [],
+                    },
+                    {
+                        "cell_type": "code",
+                        "collapsed": False,
+                        "input": ["def scaled(x):\n", "    return x * SCALE"],
+                        "language": "python",
+                        "metadata": {},
+                        "outputs": [],
+                    },
+                    {
+                        "cell_type": "code",
+                        "collapsed": False,
+                        "input": ["print(scaled(torch.ones(2)))"],
+                        "language": "python",
+                        "metadata": {},
+                        "outputs": [],
+                    },
+                ],
+                "metadata": {},
+            }
+        ],
+    }
+    (HERE / "old_v3.ipynb").write_text(json.dumps(notebook, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    kitchen_sink()
+    realistic()
+    nbdev_style()
+    old_v3()
