@@ -150,7 +150,8 @@ def test_packages_install_into_a_fresh_venv_and_import_without_side_effects(
             [python, "-c", code], cwd=empty, env=env, capture_output=True, text=True, check=False
         )
         assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", ""), name
-        assert list(empty.iterdir()) == [] and list(home.iterdir()) == [], name
+        assert list(empty.iterdir()) == [], name  # no files written by an import
+        assert list(home.iterdir()) == [], name
         where = subprocess.run(
             [python, "-c", f"import {name}; print({name}.__file__)"],
             cwd=empty,
