@@ -12,6 +12,7 @@ parse is a `BadCell` with its line (assignment placeholders like `<YOUR CODE>` a
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Literal
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import GlobalScope, Scope, ScopeProvider
+from libcst.metadata import GlobalScope, PositionProvider, Scope, ScopeProvider
 
 from .read import CodeCell, Notebook
 
@@ -59,7 +60,13 @@ class Analysis:
 
 
 def analyze(nb: Notebook) -> Analysis:
+    """Check each cell alone, then analyse the good ones as the one module they are.
+
+    The cells of a notebook share one global scope, so they are parsed and scope-analysed
+    together, once (per-cell metadata resolution cost more than the analysis itself).
+    """
     out = Analysis()
+    good: list[CodeCell] = []
     for cell in nb.cells:
         if not cell.python.strip():
             continue
@@ -68,12 +75,39 @@ def analyze(nb: Notebook) -> Analysis:
         except SyntaxError as exc:
             out.bad.append(BadCell(cell.number, exc.lineno or 1, exc.msg))
             continue
-        try:
-            module = cst.parse_module(cell.python)
-        except cst.ParserSyntaxError as exc:
-            out.bad.append(BadCell(cell.number, exc.raw_line, exc.message.splitlines()[0]))
-            continue
-        out.items.extend(_items(cell, module))
+        good.append(cell)
+    starts: list[int] = []
+    parts: list[str] = []
+    line = 1
+    for cell in good:
+        text = cell.python if cell.python.endswith("\n") else cell.python + "\n"
+        starts.append(line)
+        parts.append(text)
+        line += text.count("\n")
+    try:
+        module = cst.parse_module("".join(parts))
+    except cst.ParserSyntaxError:  # one cell libcst cannot read: find it, analyse the rest
+        for cell in good:
+            try:
+                cst.parse_module(cell.python)
+            except cst.ParserSyntaxError as exc:
+                out.bad.append(BadCell(cell.number, exc.raw_line, exc.message.splitlines()[0]))
+        bad = {b.cell for b in out.bad}
+        nb_rest = Notebook(nb.path, [c for c in good if c.number not in bad])
+        out.items = analyze(nb_rest).items
+        return out
+    wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
+    scopes = wrapper.resolve(ScopeProvider)
+    positions = wrapper.resolve(PositionProvider)
+    for statement in _opened(list(module.body)):
+        at = positions[statement].start.line
+        index = bisect.bisect_right(starts, at) - 1
+        cell = good[index]
+        out.items.append(_item(cell, statement, at - starts[index] + 1, scopes))
+    for item in out.items:
+        if item.cell.train_options is not None and item.kind in ("statement", "constant"):
+            item.train_cell = True
+            item.kind = "statement"
     return out
 
 
@@ -95,23 +129,6 @@ def _opened(body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
                 continue
         opened.append(statement)
     return opened
-
-
-def _items(cell: CodeCell, module: cst.Module) -> list[Item]:
-    module = module.with_changes(body=_opened(list(module.body)))
-    wrapper = cst.MetadataWrapper(module)
-    scopes = wrapper.resolve(ScopeProvider)
-    positions = wrapper.resolve(cst.metadata.PositionProvider)
-    items = []
-    for statement in wrapper.module.body:
-        line = positions[statement].start.line
-        items.append(_item(cell, statement, line, scopes))
-    if cell.train_options is not None:
-        for item in items:
-            if item.kind in ("statement", "constant"):
-                item.train_cell = True
-                item.kind = "statement"
-    return items
 
 
 def _item(cell: CodeCell, node: cst.BaseStatement, line: int, scopes: Scopes) -> Item:
