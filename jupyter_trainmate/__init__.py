@@ -102,6 +102,31 @@ $ trainmate doctor --json --data ./data   # ... plus file system, disk kind and 
 Also `%trainmate doctor` in a notebook. Exit status 0 when no check fails. A machine with no GPU,
 or no NVIDIA driver, is a normal answer, not an error.
 
+## `trainmate refactor`: the notebook as a package
+
+```console
+$ trainmate refactor train.ipynb -o train_pkg       # --name, --force, --dry-run, --skip-bad-cells
+$ cd train_pkg && pip install -e . && python -m train_pkg train --epochs 3 --lr 1e-3
+```
+
+The notebook is read with nbformat (any version) and never modified. Magics and shell lines are
+classified by IPython's own input transformers: `!pip install x` becomes a dependency,
+`%matplotlib` and friends are dropped, `%time`/`%%time` keep their code, `%%writefile` files are
+written beside the package, `x = !cmd` becomes `subprocess.run(...)` with a warning, a `%%train`
+cell becomes a function run by `jupyter_trainmate.train()` (the same runtime as the magic), and
+anything else is commented out and reported. Definitions go to `data`, `model`, `train` or
+`utils` by what they are (an `nn.Module`, a `Dataset`, a function that calls `.backward()`) and
+the markdown heading above them; a cell tag `trainmate:module=NAME` or nbdev's `#| default_exp`
+overrides, and with nbdev markers only `#| export` cells are taken. Constants become the fields of
+a typed `Config` dataclass and options of the package's CLI; a function that reads a notebook
+global gets it as a keyword-only parameter (constants with their value as default), and every
+call site passes it. `train.run(config)` is the notebook's top-level code in order, so importing
+any module runs nothing. `.cuda()` and `"cuda:N"` become a `device` option (`auto` by default),
+so the package runs on a CPU. The output is ruff-formatted, passes `ruff check`, is the same byte
+for byte on every run, and is written atomically (an existing folder only with `--force`).
+`REFACTOR_REPORT.md` lists every cell and where it went, every parameter created, and everything
+dropped, commented out, skipped or redefined (the last definition wins).
+
 ## In JupyterLab
 
 The package ships a prebuilt JupyterLab 4 extension (a sidebar panel) and a Jupyter server

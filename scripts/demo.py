@@ -6,6 +6,7 @@ build/demo/. Prints each notebook's last output line, so the demo shows what the
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -55,8 +56,37 @@ def run(path: Path) -> bool:
     return ok
 
 
+def refactor_quickstart() -> bool:
+    """`trainmate refactor` on the quickstart, then the package's CLI trains one epoch."""
+    import subprocess
+
+    target = OUT / "quickstart_package"
+    command = [sys.executable, "-m", "jupyter_trainmate", "refactor"]
+    made = subprocess.run(
+        [*command, str(ROOT / "notebooks" / "quickstart.ipynb"), "-o", str(target), "--force"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    print(made.stdout.strip() or made.stderr.strip())
+    if made.returncode:
+        return False
+    trained = subprocess.run(
+        [sys.executable, "-m", "quickstart", "train", "--epochs", "2"],
+        cwd=OUT,
+        env={**os.environ, "PYTHONPATH": str(target)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = [line for line in trained.stdout.splitlines() if line.startswith("trainmate:")]
+    print(f"  python -m quickstart train --epochs 2: {lines[-1] if lines else trained.stderr[-300:]}")
+    return trained.returncode == 0
+
+
 def main() -> int:
     results = [run(path) for path in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+    results.append(refactor_quickstart())
     return 0 if results and all(results) else 1
 
 
