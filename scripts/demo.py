@@ -80,7 +80,9 @@ def refactor_quickstart() -> bool:
         check=False,
     )
     lines = [line for line in trained.stdout.splitlines() if line.startswith("trainmate:")]
-    print(f"  python -m quickstart train --epochs 2: {lines[-1] if lines else trained.stderr[-300:]}")
+    print(
+        f"  python -m quickstart train --epochs 2: {lines[-1] if lines else trained.stderr[-300:]}"
+    )
     return trained.returncode == 0
 
 
