@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.trainmate-setup
 
-.PHONY: demo test lint typecheck labextension pytest bench clean
+.PHONY: demo test lint typecheck labextension pytest bench docs clean
 
 $(STAMP): pyproject.toml labextension/package.json labextension/package-lock.json scripts/setup.sh
 	VENV=$(VENV) scripts/setup.sh
@@ -31,6 +31,10 @@ pytest: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
+
+# The API docs of jupyter_trainmate (the package docstring is the user guide), with pdoc.
+docs: $(STAMP)
+	$(BIN)/pdoc jupyter_trainmate refactor -o build/docs
 
 clean:
 	rm -rf $(VENV) build dist labextension/node_modules labextension/lib jupyter_trainmate/labextension

@@ -36,6 +36,7 @@ def _refactor(args: argparse.Namespace) -> int:
         force=args.force,
         dry_run=args.dry_run,
         skip_bad_cells=args.skip_bad_cells,
+        docs=not args.no_docs,
     )
     if args.dry_run:
         print(text, end="")
@@ -100,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--skip-bad-cells",
         action="store_true",
         help="skip cells that do not parse (and report them) instead of stopping",
+    )
+    refactor.add_argument(
+        "--no-docs", action="store_true", help="skip the pdoc HTML docs (docs/): faster"
     )
     refactor.set_defaults(run=_refactor)
     return parser

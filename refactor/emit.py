@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 
+from jupyter_trainmate.runs_table import END, START, markdown_table
+from jupyter_trainmate.runtime.records import read_records
+
 from .analyze import Item
+from .docs import documented, model_card, module_docstring
 from .plan import MODULES, Param, Plan
 from .read import Note
 from .transform import CallSites, DeviceTransformer, add_parameters
@@ -165,7 +169,10 @@ class _Emitter:
         placed = self.plan.placed[name]
         node = add_parameters(placed.item.node, placed.params)
         local = {p.source: p.name for p in placed.params}
-        return _code(self.transformed(node, local)).strip("\n") + "\n"
+        node = documented(
+            self.transformed(node, local), placed.item.cell, self.plan.notebook.path.name
+        )
+        return _code(node).strip("\n") + "\n"
 
     # -- imports ---------------------------------------------------------------------------------
 
@@ -251,9 +258,14 @@ def emit(plan: Plan) -> Emitted:
             continue
         body = "\n\n".join(parts)
         extra = run_extra if module == "train" else set()
-        cells = sorted({p.item.cell.number for p in plan.placed.values() if p.module == module})
-        where = f" (cells {', '.join(map(str, cells))})" if cells else ""
-        doc = f'"""{module.capitalize()} code from the notebook `{nb.path.name}`{where}."""\n\n'
+        cells = sorted(
+            {
+                p.item.cell.number
+                for n, p in plan.placed.items()
+                if p.module == module and n not in plan.in_run
+            }
+        )
+        doc = f'"""{module_docstring(module, plan, cells)}\n"""\n\n'
         files[f"{pkg}/{module}.py"] = doc + e.header(module, body, extra) + "\n\n" + body
     files[f"{pkg}/config.py"] = _config(e)
     files[f"{pkg}/__init__.py"] = (
@@ -267,6 +279,7 @@ def emit(plan: Plan) -> Emitted:
         files[path] = text
     files["pyproject.toml"] = _pyproject(e, files)
     files["README.md"] = _readme(e, title)
+    files["MODEL_CARD.md"] = model_card(plan)
     return Emitted(
         files, e.notes, e.places, {n: p.params for n, p in plan.placed.items()}, train_cells
     )
@@ -423,7 +436,11 @@ def _config(e: _Emitter) -> str:
         lines += ["", "import torch"]
     lines.append("")
     for name, item in plan.constants.items():
-        lines.append(f"{name} = {item.code.split('=', 1)[1].strip()}  # cell {item.cell.number}")
+        lines.append(f"{name} = {item.code.split('=', 1)[1].strip()}")
+        lines.append(
+            f'"""Cell {item.cell.number} of the notebook; the default of '
+            f'`Config.{plan.field_name(name)}` (`--{plan.field_name(name).replace("_", "-")}`)."""'
+        )
     lines += [
         "",
         "",
@@ -466,6 +483,7 @@ from .config import Config
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `train` command, with one option per field of `Config`."""
     parser = argparse.ArgumentParser(prog="python -m {pkg}", description={title!r})
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="run the notebook's training with the config")
@@ -484,6 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the options into a `Config` and run the notebook's training with it."""
     args = build_parser().parse_args(argv)
     values = {{f.name: getattr(args, f.name) for f in dataclasses.fields(Config)}}
     values = {{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}}
@@ -573,4 +592,15 @@ python -m {pkg} train            # the notebook's training, with its hyperparame
 
 | module | definitions |
 | --- | --- |
-{rows}"""
+{rows}{_experiments(plan)}"""
+
+
+def _experiments(plan: Plan) -> str:
+    """The notebook's recorded runs, between the markers `trainmate runs --markdown` keeps."""
+    records = read_records(plan.notebook.path.parent / "runs")
+    if not records:
+        return ""
+    return (
+        "\n## Experiments\n\nThe notebook's `%%train` runs (`trainmate runs --markdown README.md`"
+        f" updates this table):\n\n{START}\n{markdown_table(records[-10:])}\n{END}\n"
+    )

@@ -48,11 +48,12 @@ def format_folder(folder: Path) -> str:
 
 
 def write_package(
-    files: dict[str, str], out: Path, force: bool, report: Callable[[str], tuple[str, str]]
+    files: dict[str, str], out: Path, force: bool, finish: Callable[[Path, str], None]
 ) -> str:
     """Write `files` to `out` atomically; return ruff's remaining findings ("" when clean).
 
-    `report(findings)` gives one more file (path, text) written after formatting: the report.
+    `finish(folder, findings)` runs on the formatted files before they move into place (the
+    report, the HTML docs).
     """
     if out.exists() and not force:
         raise TrainmateError(f"{out}: exists; add --force to replace it")
@@ -66,8 +67,7 @@ def write_package(
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
         findings = format_folder(tmp)
-        name, text = report(findings)
-        (tmp / name).write_text(text, encoding="utf-8")
+        finish(tmp, findings)
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
             out.replace(old / "previous")

@@ -11,6 +11,7 @@ from pathlib import Path
 from jupyter_trainmate.errors import TrainmateError
 
 from .analyze import analyze
+from .docs import build_html
 from .emit import emit
 from .output import write_package
 from .plan import plan
@@ -37,6 +38,7 @@ def refactor(
     force: bool = False,
     dry_run: bool = False,
     skip_bad_cells: bool = False,
+    docs: bool = True,
 ) -> tuple[Path, str]:
     """Refactor `notebook` into a package in `out`; returns (out, the report's text)."""
     pkg = package_name(notebook, name)
@@ -61,12 +63,13 @@ def refactor(
         the_plan.notes.append(Note(bad.cell, bad.line, "skipped", f"does not parse: {bad.message}"))
     emitted = emit(the_plan)
     if dry_run:
-        return out, report(the_plan, emitted, "(dry run: not formatted or checked)")
+        return out, report(the_plan, emitted, "(dry run: not formatted or checked)", "dry run")
     text: dict[str, str] = {}
 
-    def make_report(findings: str) -> tuple[str, str]:
-        text["report"] = report(the_plan, emitted, findings)
-        return "REFACTOR_REPORT.md", text["report"]
+    def finish(folder: Path, findings: str) -> None:
+        problem = build_html(folder, pkg) if docs else "not built (--no-docs)"
+        text["report"] = report(the_plan, emitted, findings, problem)
+        (folder / "REFACTOR_REPORT.md").write_text(text["report"], encoding="utf-8")
 
-    write_package(emitted.files, out, force, make_report)
+    write_package(emitted.files, out, force, finish)
     return out, text["report"]

@@ -10,7 +10,7 @@ from .emit import Emitted
 from .plan import Plan
 
 
-def report(plan: Plan, emitted: Emitted, findings: str) -> str:
+def report(plan: Plan, emitted: Emitted, findings: str, docs_problem: str = "") -> str:
     nb = plan.notebook
     lines = [
         f"# Refactor report: `{nb.path.name}` -> `{plan.package}`",
@@ -68,4 +68,8 @@ def report(plan: Plan, emitted: Emitted, findings: str) -> str:
     lines.append(f"`ruff check`: {'clean' if not findings else 'findings left:'}")
     if findings:
         lines += ["", "```", findings, "```"]
+    lines.append("")
+    lines.append(
+        "API docs (pdoc): `docs/index.html`" if not docs_problem else f"API docs: {docs_problem}"
+    )
     return "\n".join(lines) + "\n"
