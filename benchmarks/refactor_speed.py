@@ -4,7 +4,8 @@ executing them), against nbconvert's script export of the same notebook in the s
 Each notebook repeats a block of 10 code cells as real notebooks have them: constants, a function
 reading notebook globals, an nn.Module, state, a loop, magics and shell lines, a display-only
 cell; every name is distinct, so the analysis has as many definitions as cells. The times
-include ruff formatting and the atomic write. Goal: 500 cells in under 5 s here, and time
+include ruff formatting and the atomic write (not the pdoc HTML, `--no-docs`: it imports the
+package, torch included, in about 3 s whatever the size). Goal: 500 cells in under 5 s here, and time
 growing linearly with the cell count (the per-cell time should stay flat).
 """
 
@@ -75,7 +76,9 @@ def main(sizes: tuple[int, ...] = (125, 250, 500, 1000), repeats: int = 3) -> di
         for size in sizes:
             path = notebook(size, folder)
             ours = timed(
-                lambda path=path: refactor(path, folder / "out", force=True, skip_bad_cells=True),
+                lambda path=path: refactor(
+                    path, folder / "out", force=True, skip_bad_cells=True, docs=False
+                ),
                 repeats,
             )
             theirs = timed(lambda path=path: exporter.from_filename(str(path)), repeats)
