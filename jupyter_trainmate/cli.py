@@ -37,6 +37,8 @@ def _refactor(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         skip_bad_cells=args.skip_bad_cells,
         docs=not args.no_docs,
+        execute=args.execute,
+        timeout=args.timeout,
     )
     if args.dry_run:
         print(text, end="")
@@ -104,6 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     refactor.add_argument(
         "--no-docs", action="store_true", help="skip the pdoc HTML docs (docs/): faster"
+    )
+    refactor.add_argument(
+        "--execute",
+        action="store_true",
+        help="run the notebook (nbclient, a fresh temporary folder) and record the types its "
+        "functions saw: annotations, tensor shapes in docstrings, characterisation tests",
+    )
+    refactor.add_argument(
+        "--timeout", type=int, default=600, help="seconds a cell may run with --execute (600)"
     )
     refactor.set_defaults(run=_refactor)
     return parser

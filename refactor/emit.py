@@ -14,6 +14,7 @@ import importlib.metadata
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
@@ -21,7 +22,8 @@ import libcst.matchers as m
 from jupyter_trainmate.runs_table import END, START, markdown_table
 from jupyter_trainmate.runtime.records import read_records
 
-from .analyze import Item
+from .analyze import Item, _target_names
+from .annotate import Coverage, Types, annotate_module
 from .docs import documented, model_card, module_docstring
 from .plan import MODULES, Param, Plan
 from .read import Note
@@ -66,6 +68,8 @@ class Emitted:
     places: dict[int, list[str]]  # cell -> where its code went
     params: dict[str, list[Param]]  # function -> parameters created
     train_cells: list[TrainCell]
+    coverage: Coverage | None = None
+    executed: bool = False
 
 
 def _is_init(node: cst.CSTNode) -> bool:
@@ -226,8 +230,9 @@ class _Emitter:
         return "\n".join(["from __future__ import annotations", "", *sorted(set(lines))]) + "\n"
 
 
-def emit(plan: Plan) -> Emitted:
+def emit(plan: Plan, trace: dict[str, list[dict[str, Any]]] | None = None) -> Emitted:
     e = _Emitter(plan)
+    types = Types(plan, trace)
     files: dict[str, str] = {}
     pkg = plan.package
     nb = plan.notebook
@@ -247,7 +252,7 @@ def emit(plan: Plan) -> Emitted:
     run_code, train_cells, run_extra = _run(e)
     modules.setdefault("train", [])
     for cell in train_cells:
-        modules["train"].append(_train_cell_function(e, cell))
+        modules["train"].append(_train_cell_function(e, cell, types))
     modules["train"].append(run_code)
 
     for module in order:
@@ -266,7 +271,8 @@ def emit(plan: Plan) -> Emitted:
             }
         )
         doc = f'"""{module_docstring(module, plan, cells)}\n"""\n\n'
-        files[f"{pkg}/{module}.py"] = doc + e.header(module, body, extra) + "\n\n" + body
+        text = doc + e.header(module, body, extra) + "\n\n" + body
+        files[f"{pkg}/{module}.py"] = annotate_module(text, module, types)
     files[f"{pkg}/config.py"] = _config(e)
     files[f"{pkg}/__init__.py"] = (
         f'"""{title}: the notebook `{nb.path.name}` as a package.\n\n'
@@ -309,7 +315,16 @@ def _run(e: _Emitter) -> tuple[str, list[TrainCell], set[str]]:
                 index += 1
                 group.append(merged[index])
             cell = TrainCell(item.cell.number, item.cell.train_options or "", group)
-            reads = [r for it in group for r in it.reads]
+            reads = []
+            own: set[str] = set()  # bound by the cell before it reads them: not inputs
+            for it in group:
+                loops = {
+                    n
+                    for f in m.findall(it.node, m.For())
+                    for n in _target_names(f.target)  # type: ignore[attr-defined]
+                }
+                reads += [r for r in it.reads if r not in own and r not in loops]
+                own |= set(it.binds)
             for name in list(reads):  # what the functions it calls need, passed through
                 placed = plan.placed.get(name)
                 if placed is not None:
@@ -385,14 +400,18 @@ def _run(e: _Emitter) -> tuple[str, list[TrainCell], set[str]]:
     return code, train_cells, extra
 
 
-def _train_cell_function(e: _Emitter, cell: TrainCell) -> str:
+def _train_cell_function(e: _Emitter, cell: TrainCell, types: Types) -> str:
     body = "\n".join(
         _code(e.transformed(it.node, {p: p for p in cell.params})).strip("\n") for it in cell.items
     )
     if cell.returns:
         body += "\nreturn " + ", ".join(cell.returns)
-    params = ", ".join(cell.params)
-    signature = f"def {cell.name}(*, {params}):" if params else f"def {cell.name}():"
+    typed = [(p, types.value_type(p)) for p in cell.params]
+    params = ", ".join(f"{p}: {t}" if t else p for p, t in typed)
+    returns = "" if cell.returns else " -> None"
+    signature = (
+        f"def {cell.name}(*, {params}){returns}:" if params else f"def {cell.name}(){returns}:"
+    )
     doc = (
         f'"""The notebook\'s `%%train {cell.options}` cell (cell {cell.number}).\n\n'
         f'`run()` calls it through `jupyter_trainmate.train()`: the same runtime as the magic.\n"""'

@@ -11,12 +11,14 @@ from pathlib import Path
 from jupyter_trainmate.errors import TrainmateError
 
 from .analyze import analyze
+from .annotate import coverage
 from .docs import build_html
 from .emit import emit
 from .output import write_package
 from .plan import plan
 from .read import read
 from .report import report
+from .trace import execute as run_traced
 
 
 def package_name(notebook: Path, name: str | None) -> str:
@@ -39,6 +41,8 @@ def refactor(
     dry_run: bool = False,
     skip_bad_cells: bool = False,
     docs: bool = True,
+    execute: bool = False,
+    timeout: int = 600,
 ) -> tuple[Path, str]:
     """Refactor `notebook` into a package in `out`; returns (out, the report's text)."""
     pkg = package_name(notebook, name)
@@ -61,7 +65,12 @@ def refactor(
         from .read import Note
 
         the_plan.notes.append(Note(bad.cell, bad.line, "skipped", f"does not parse: {bad.message}"))
-    emitted = emit(the_plan)
+    trace = None
+    if execute:
+        trace = run_traced(notebook, {b.cell for b in analysis.bad}, timeout)
+    emitted = emit(the_plan, trace.calls if trace is not None else None)
+    emitted.coverage = coverage(emitted.files, pkg)
+    emitted.executed = trace is not None
     if dry_run:
         return out, report(the_plan, emitted, "(dry run: not formatted or checked)", "dry run")
     text: dict[str, str] = {}

@@ -64,6 +64,19 @@ def report(plan: Plan, emitted: Emitted, findings: str, docs_problem: str = "") 
         lines.append(f"- {note.where()}: {note.kind}: {note.text}")
     if not notes:
         lines.append("Nothing.")
+    lines += ["", "## Types", ""]
+    if emitted.coverage is not None:
+        c = emitted.coverage
+        how = (
+            "static inference and the types recorded by --execute"
+            if emitted.executed
+            else (
+                "static inference only (add --execute to record the types the notebook really used)"
+            )
+        )
+        lines.append(
+            f"{c.annotated} of {c.total} parameters and returns annotated ({c.share:.0%}), from {how}."
+        )
     lines += ["", "## Checks", ""]
     lines.append(f"`ruff check`: {'clean' if not findings else 'findings left:'}")
     if findings:

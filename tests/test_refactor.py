@@ -229,7 +229,9 @@ def test_kitchen_sink_went_where_it_should(built: dict[str, Path]) -> None:
     assert "line 1: skipped: does not parse: invalid syntax" in bad[0]
     assert re.search(r"jupyter_trainmate\.train\(\s*train_cell_\d+", code["train.py"])  # %%train
     # a function reading notebook state receives it, and its callers pass it
-    assert "def step(xb, yb, *, opt, model, device):" in code["train.py"]
+    assert "def step(xb, yb, *, opt: torch.optim.SGD, model: Net, device: torch.device)" in (
+        code["train.py"]
+    )
     assert "step(xb, yb, opt=opt, model=model, device=device)" in code["train.py"]
 
 
@@ -244,7 +246,7 @@ def test_nbdev_markers_choose_the_module_and_what_is_exported(built: dict[str, P
 
 def test_an_nbformat_3_notebook_is_upgraded(built: dict[str, Path]) -> None:
     pkg = built["old_v3"] / "old_v3"
-    assert "def scaled(x, *, scale=SCALE):" in (pkg / "utils.py").read_text()
+    assert "def scaled(x, *, scale: int = SCALE):" in (pkg / "utils.py").read_text()
     assert "SCALE = 3" in (pkg / "config.py").read_text()
 
 

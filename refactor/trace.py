@@ -1,0 +1,221 @@
+"""
+`--execute`: run the notebook in a kernel (nbclient) and record how its functions were called.
+
+A first cell (added to a copy; the notebook itself is never touched) registers an IPython
+`post_run_cell` hook that wraps each function and each class's public methods (and `__init__`,
+`__len__`, `__getitem__`) as the notebook defines them. A wrapper records, for the first calls,
+the type of every argument and of the result (for tensors their dtype, shape and device) under
+the shortest public name of the type (`torch.optim.AdamW`, not `torch.optim.adamw.AdamW`) and its
+bases. It also keeps small input/output fixtures of functions that take and return tensors, and
+a last cell keeps only those that draw no random numbers (Python's and torch's generator states
+are unchanged by a second call) and give the same result again: they become characterisation
+tests. The run happens in a fresh temporary folder with a
+time limit; a cell that fails is reported with what it needed (a file, the network, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from jupyter_trainmate.errors import TrainmateError
+
+TRACE_FILE = "__trainmate_trace__.json"
+FIXTURE_FILE = "__trainmate_fixtures__.pt"
+
+SETUP = r"""
+def __trainmate_tracer__():
+    import functools, importlib, inspect, types
+    ip = get_ipython()
+    calls, fixtures, done = {}, {}, set()
+    MAX_CALLS, MAX_FIXTURE = 16, 4096
+
+    def alias(t):
+        parts = t.__module__.split(".")
+        for n in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:n])
+            try:
+                if getattr(importlib.import_module(prefix), t.__qualname__, None) is t:
+                    return f"{prefix}.{t.__qualname__}" if prefix != "builtins" else t.__qualname__
+            except Exception:
+                pass
+        return f"{t.__module__}.{t.__qualname__}"
+
+    def describe(v, depth=0):
+        import torch
+        if isinstance(v, torch.Tensor):
+            return {"kind": "tensor", "dtype": str(v.dtype).removeprefix("torch."),
+                    "shape": list(v.shape), "device": v.device.type}
+        if isinstance(v, tuple) and depth < 2 and len(v) <= 6 and not hasattr(v, "_fields"):
+            return {"kind": "tuple", "items": [describe(i, depth + 1) for i in v]}
+        if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, functools.partial)):
+            return {"kind": "callable"}
+        t = type(v)
+        mro = [alias(b) for b in t.__mro__[1:6] if b is not object]
+        out = {"kind": "object", "type": alias(t), "bases": mro}
+        if isinstance(v, list) and v and depth < 1:
+            out["item"] = describe(v[0], depth + 1)
+        return out
+
+    def small(v):
+        import torch
+        if isinstance(v, torch.Tensor):
+            return v.numel() <= MAX_FIXTURE and v.device.type == "cpu"
+        if isinstance(v, (tuple, list)) and len(v) <= 6:
+            return all(small(i) for i in v)
+        return isinstance(v, (int, float, bool, str, type(None)))
+
+    def clone(v):
+        import torch
+        if isinstance(v, torch.Tensor):
+            return v.detach().clone()
+        if isinstance(v, (tuple, list)):
+            return type(v)(clone(i) for i in v)
+        return v
+
+    def wrap(name, fn, method=False):
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            return fn
+        @functools.wraps(fn)
+        def traced(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            seen = calls.setdefault(name, [])
+            if len(seen) < MAX_CALLS:
+                try:
+                    bound = sig.bind(*args, **kwargs)
+                    seen.append({"args": {k: describe(v) for k, v in bound.arguments.items()
+                                          if not (method and k == "self")},
+                                 "return": describe(result)})
+                    plain = not method and name not in fixtures
+                    if plain and small(list(bound.arguments.values())) and small(result):
+                        fixtures[name] = (clone(dict(bound.arguments)), clone(result))
+                except Exception:
+                    pass
+            return result
+        traced.__trainmate_traced__ = fn
+        return traced
+
+    def after_cell(result=None):
+        ns = ip.user_ns
+        for name, value in list(ns.items()):
+            if name.startswith("_"):
+                continue
+            if isinstance(value, types.FunctionType) and value.__module__ == "__main__":
+                if not hasattr(value, "__trainmate_traced__"):
+                    ns[name] = wrap(name, value)
+            elif isinstance(value, type) and value.__module__ == "__main__" and value not in done:
+                done.add(value)
+                for attr, member in list(vars(value).items()):
+                    public = not attr.startswith("_") or attr in ("__init__", "__len__", "__getitem__", "__call__")
+                    if public and isinstance(member, types.FunctionType):
+                        setattr(value, attr, wrap(f"{value.__name__}.{attr}", member, method=True))
+
+    def finish(trace_file, fixture_file):
+        import json, torch
+        kept = {}
+        for name, (arguments, expected) in fixtures.items():
+            fn = ip.user_ns.get(name)
+            fn = getattr(fn, "__trainmate_traced__", fn)
+            try:
+                import random
+                states = (random.getstate(), torch.get_rng_state())
+                again = fn(**clone(arguments))
+                if (random.getstate(), torch.get_rng_state())[0] != states[0] or not torch.equal(
+                    torch.get_rng_state(), states[1]
+                ):
+                    continue  # it draws random numbers: no fixed expected output
+                same = describe(again) == describe(expected)
+                if same and isinstance(expected, torch.Tensor):
+                    same = torch.equal(again, expected)
+                elif same and isinstance(expected, (tuple, list)):
+                    same = all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+                               for a, b in zip(again, expected))
+                if same:
+                    kept[name] = (arguments, expected)
+            except Exception:
+                pass
+        with open(trace_file, "w") as f:
+            json.dump({"calls": calls, "fixtures": sorted(kept)}, f)
+        torch.save(kept, fixture_file)
+
+    ip.events.register("post_run_cell", after_cell)
+    return finish
+
+__trainmate_finish__ = __trainmate_tracer__()
+del __trainmate_tracer__
+"""
+
+
+@dataclass
+class Trace:
+    calls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    fixtures: dict[str, Any] = field(default_factory=dict)  # name -> (kwargs, result)
+    seconds: float = 0.0
+
+
+def execute(notebook: Path, skip_cells: set[int], timeout: int) -> Trace:
+    """Run a traced copy of `notebook` in a fresh folder; a failing cell is a one-line error."""
+    import time
+
+    import torch
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    nb = nbformat.read(notebook, as_version=4)  # type: ignore[no-untyped-call]
+    numbered = list(enumerate(nb.cells, start=1))
+    cells = [cell for number, cell in numbered if number not in skip_cells]
+    positions = [number for number, _ in numbered if number not in skip_cells]
+    with tempfile.TemporaryDirectory(prefix="trainmate-execute-") as tmp:
+        folder = Path(tmp)
+        trace_file, fixture_file = folder / TRACE_FILE, folder / FIXTURE_FILE
+        first = nbformat.v4.new_code_cell(SETUP)  # type: ignore[no-untyped-call]
+        last = nbformat.v4.new_code_cell(  # type: ignore[no-untyped-call]
+            f"__trainmate_finish__({str(trace_file)!r}, {str(fixture_file)!r})"
+        )
+        nb.cells = [first, *cells, last]
+        client = NotebookClient(
+            nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": tmp}}
+        )
+        started = time.perf_counter()
+        try:
+            client.execute()
+        except CellTimeoutError:
+            raise TrainmateError(
+                f"{notebook}: --execute: a cell ran longer than {timeout} s (--timeout)"
+            ) from None
+        except DeadKernelError as exc:
+            raise TrainmateError(f"{notebook}: --execute: the kernel died ({exc})") from None
+        except CellExecutionError as exc:
+            raise TrainmateError(_failure(notebook, nb, positions, exc)) from None
+        calls = json.loads(trace_file.read_text())["calls"]
+        fixtures = torch.load(fixture_file, weights_only=True)
+        return Trace(calls, fixtures, time.perf_counter() - started)
+
+
+def _failure(notebook: Path, nb: nbformat.NotebookNode, positions: list[int], exc: Any) -> str:
+    """Which cell failed and why, in a line: a missing file or no network said plainly."""
+    failed = None
+    for index, cell in enumerate(nb.cells):
+        if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            failed = index
+            break
+    where = f"cell {positions[failed - 1]}" if failed and 0 < failed <= len(positions) else "a cell"
+    name = getattr(exc, "ename", "") or "error"
+    value = (getattr(exc, "evalue", "") or "").strip().splitlines()
+    detail = value[0][:160] if value else ""
+    if name in ("FileNotFoundError", "IsADirectoryError") or "No such file" in detail:
+        why = f"needs a file it cannot find in the fresh working folder ({detail})"
+    elif name in ("ConnectionError", "URLError", "gaierror", "ConnectError", "HTTPError") or (
+        "Name or service not known" in detail or "Temporary failure in name resolution" in detail
+    ):
+        why = f"needs the network ({name}: {detail})"
+    else:
+        why = f"failed: {name}: {detail}"
+    return f"{notebook}: --execute: {where} {why}"
