@@ -229,8 +229,9 @@ def test_kitchen_sink_went_where_it_should(built: dict[str, Path]) -> None:
     assert "line 1: skipped: does not parse: invalid syntax" in bad[0]
     assert re.search(r"jupyter_trainmate\.train\(\s*train_cell_\d+", code["train.py"])  # %%train
     # a function reading notebook state receives it, and its callers pass it
-    assert "def step(xb, yb, *, opt: torch.optim.SGD, model: Net, device: torch.device)" in (
-        code["train.py"]
+    assert (
+        "def step(xb, yb, *, opt: torch.optim.SGD, model: Net, device: torch.device)"
+        in (code["train.py"])
     )
     assert "step(xb, yb, opt=opt, model=model, device=device)" in code["train.py"]
 
