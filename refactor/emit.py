@@ -27,6 +27,7 @@ from .annotate import Coverage, Types, annotate_module
 from .docs import documented, model_card, module_docstring
 from .plan import MODULES, Param, Plan
 from .read import Note
+from .testgen import Generated
 from .transform import CallSites, DeviceTransformer, add_parameters
 
 DISTRIBUTIONS = {
@@ -70,6 +71,7 @@ class Emitted:
     train_cells: list[TrainCell]
     coverage: Coverage | None = None
     executed: bool = False
+    tests: Generated | None = None
 
 
 def _is_init(node: cst.CSTNode) -> bool:
@@ -581,6 +583,13 @@ dependencies = [
 
 [tool.setuptools]
 packages = ["{plan.package}"]
+
+[project.optional-dependencies]
+test = ["pytest"]
+
+[tool.pytest.ini_options]
+pythonpath = ["."]
+testpaths = ["tests"]
 
 [tool.ruff.lint]
 # pycodestyle errors, pyflakes and import order: the checks `trainmate refactor` guarantees

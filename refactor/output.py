@@ -48,7 +48,11 @@ def format_folder(folder: Path) -> str:
 
 
 def write_package(
-    files: dict[str, str], out: Path, force: bool, finish: Callable[[Path, str], None]
+    files: dict[str, str],
+    out: Path,
+    force: bool,
+    finish: Callable[[Path, str], None],
+    binary: dict[str, bytes] | None = None,
 ) -> str:
     """Write `files` to `out` atomically; return ruff's remaining findings ("" when clean).
 
@@ -66,6 +70,10 @@ def write_package(
             path = tmp / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
+        for relative, data in sorted((binary or {}).items()):
+            path = tmp / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
         findings = format_folder(tmp)
         finish(tmp, findings)
         if out.exists():

@@ -18,6 +18,7 @@ from .output import write_package
 from .plan import plan
 from .read import read
 from .report import report
+from .testgen import generate
 from .trace import execute as run_traced
 
 
@@ -69,6 +70,11 @@ def refactor(
     if execute:
         trace = run_traced(notebook, {b.cell for b in analysis.bad}, timeout)
     emitted = emit(the_plan, trace.calls if trace is not None else None)
+    tests = generate(
+        the_plan, trace.calls if trace is not None else None, trace.fixtures if trace else None
+    )
+    emitted.files.update(tests.files)
+    emitted.tests = tests
     emitted.coverage = coverage(emitted.files, pkg)
     emitted.executed = trace is not None
     if dry_run:
@@ -80,5 +86,5 @@ def refactor(
         text["report"] = report(the_plan, emitted, findings, problem)
         (folder / "REFACTOR_REPORT.md").write_text(text["report"], encoding="utf-8")
 
-    write_package(emitted.files, out, force, finish)
+    write_package(emitted.files, out, force, finish, tests.binary)
     return out, text["report"]

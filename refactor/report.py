@@ -77,6 +77,11 @@ def report(plan: Plan, emitted: Emitted, findings: str, docs_problem: str = "") 
         lines.append(
             f"{c.annotated} of {c.total} parameters and returns annotated ({c.share:.0%}), from {how}."
         )
+    lines += ["", "## Tests (tests/)", ""]
+    if emitted.tests is not None:
+        lines += [f"- {t}" for t in emitted.tests.tests]
+        lines += ["", "Not generated:" if emitted.tests.skipped else "Nothing left out.", ""]
+        lines += [f"- {s}" for s in emitted.tests.skipped]
     lines += ["", "## Checks", ""]
     lines.append(f"`ruff check`: {'clean' if not findings else 'findings left:'}")
     if findings:

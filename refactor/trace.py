@@ -16,6 +16,7 @@ time limit; a cell that fails is reported with what it needed (a file, the netwo
 from __future__ import annotations
 
 import json
+import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,8 @@ def __trainmate_tracer__():
         t = type(v)
         mro = [alias(b) for b in t.__mro__[1:6] if b is not object]
         out = {"kind": "object", "type": alias(t), "bases": mro}
+        if isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 200):
+            out["value"] = v  # small literals: the generated tests construct with them
         if isinstance(v, list) and v and depth < 1:
             out["item"] = describe(v[0], depth + 1)
         return out
@@ -87,12 +90,18 @@ def __trainmate_tracer__():
         def traced(*args, **kwargs):
             result = fn(*args, **kwargs)
             seen = calls.setdefault(name, [])
-            if len(seen) < MAX_CALLS:
+            new_instance = method and args and len(seen) < 4 * MAX_CALLS and all(
+                r.get("instance") != id(args[0]) for r in seen
+            )  # every object's first call too: __len__ and __getitem__ of each dataset
+            if len(seen) < MAX_CALLS or new_instance:
                 try:
                     bound = sig.bind(*args, **kwargs)
-                    seen.append({"args": {k: describe(v) for k, v in bound.arguments.items()
-                                          if not (method and k == "self")},
-                                 "return": describe(result)})
+                    record = {"args": {k: describe(v) for k, v in bound.arguments.items()
+                                       if not (method and k == "self")},
+                              "return": describe(result)}
+                    if method and args:
+                        record["instance"] = id(args[0])  # pairs __init__ with __len__ etc.
+                    seen.append(record)
                     plain = not method and name not in fixtures
                     if plain and small(list(bound.arguments.values())) and small(result):
                         fixtures[name] = (clone(dict(bound.arguments)), clone(result))
@@ -185,7 +194,7 @@ def execute(notebook: Path, skip_cells: set[int], timeout: int) -> Trace:
         )
         started = time.perf_counter()
         try:
-            client.execute()
+            client.execute(stderr=subprocess.DEVNULL)  # the kernel's own warnings: not ours
         except CellTimeoutError:
             raise TrainmateError(
                 f"{notebook}: --execute: a cell ran longer than {timeout} s (--timeout)"

@@ -360,3 +360,82 @@ def test_docstrings_come_from_the_notebooks_markdown(built: dict[str, Path]) -> 
     card = (built["realistic_training"] / "MODEL_CARD.md").read_text()
     assert "`realistic_training.model.SmallNet`" in card
     assert "| `lr` | `0.003` |" in card
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("executed") / "realistic_training"
+    proc = trainmate(
+        "refactor", NOTEBOOKS / "realistic_training.ipynb", "-o", out, "--execute", "--no-docs"
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.mark.slow
+def test_execute_annotates_nine_in_ten_and_mypy_finds_nothing(executed: Path) -> None:
+    report = (executed / "REFACTOR_REPORT.md").read_text()
+    found = re.search(r"(\d+) of (\d+) parameters and returns annotated \((\d+)%\)", report)
+    assert found is not None
+    assert int(found.group(1)) / int(found.group(2)) >= 0.9
+    mypy = subprocess.run(
+        [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental",
+         "--cache-dir", os.devnull, "realistic_training"],
+        cwd=executed, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert mypy.returncode == 0, mypy.stdout
+    model = (executed / "realistic_training" / "model.py").read_text()
+    assert "def forward(self, x: Tensor) -> Tensor:" in model
+    assert "- x: float32[64, 3, 8, 8] (cpu)" in model  # the shapes seen, in the docstring
+    train = (executed / "realistic_training" / "train.py").read_text()
+    assert "opt: AdamW," in train  # the type the notebook passed, by its public name
+    assert "from torch.optim import AdamW" in train
+
+
+@pytest.mark.slow
+def test_generated_tests_pass_three_times_in_a_row(executed: Path) -> None:
+    tests = sorted(p.name for p in (executed / "tests").glob("test_*.py"))
+    assert tests == [
+        "test_characterisation.py",
+        "test_datasets.py",
+        "test_import.py",
+        "test_models.py",
+    ]
+    for _ in range(3):
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+            cwd=executed,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        assert " passed" in proc.stdout
+        assert "skipped" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_static_types_alone_keep_mypy_quiet(built: dict[str, Path]) -> None:
+    for name in GOOD:
+        mypy = subprocess.run(
+            [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental",
+             "--cache-dir", os.devnull, name],
+            cwd=built[name], capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert mypy.returncode == 0, (name, mypy.stdout)
+        assert "static inference only" in (built[name] / "REFACTOR_REPORT.md").read_text()
+
+
+def test_execute_names_the_cell_that_needs_a_missing_file(tmp_path: Path) -> None:
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    notebook = tmp_path / "needs_data.ipynb"
+    cells = [new_code_cell("import os"), new_code_cell("rows = open('data/train.csv').read()")]
+    nbformat.write(new_notebook(cells=cells), notebook)
+    proc = trainmate("refactor", notebook, "-o", tmp_path / "out", "--execute", "--no-docs")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "cell 2 needs a file it cannot find in the fresh working folder" in proc.stderr
+    assert not (tmp_path / "out").exists()
