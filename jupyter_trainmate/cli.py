@@ -39,6 +39,7 @@ def _refactor(args: argparse.Namespace) -> int:
         docs=not args.no_docs,
         execute=args.execute,
         timeout=args.timeout,
+        check_equivalence=args.check_equivalence,
     )
     if args.dry_run:
         print(text, end="")
@@ -115,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     refactor.add_argument(
         "--timeout", type=int, default=600, help="seconds a cell may run with --execute (600)"
+    )
+    refactor.add_argument(
+        "--check-equivalence",
+        action="store_true",
+        help="with --execute: run the package's training with the notebook's config and compare "
+        "its numbers with the notebook's (exit 2 if they differ)",
     )
     refactor.set_defaults(run=_refactor)
     return parser

@@ -72,9 +72,15 @@ def _literal_type(value: object) -> str | None:
 class Types:
     """The signatures to apply, by qualified name (`fit`, `SmallNet.forward`)."""
 
-    def __init__(self, plan: Plan, trace: dict[str, list[dict[str, Any]]] | None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        trace: dict[str, list[dict[str, Any]]] | None,
+        globals_seen: dict[str, Any] | None = None,
+    ) -> None:
         self.plan = plan
         self.trace = trace or {}
+        self.globals_seen = globals_seen or {}  # --execute: each global's type at the end
         self.package_classes = {
             n
             for n, p in plan.placed.items()
@@ -155,7 +161,10 @@ class Types:
         constant = self.plan.constants.get(name)
         if constant is not None:
             return _literal_type(constant.value)
-        return self.state_types.get(name)
+        if name in self.state_types:
+            return self.state_types[name]
+        seen = self.globals_seen.get(name)
+        return self._one(seen) if seen is not None else None
 
     def static(self, qualname: str, fn: cst.FunctionDef, cls: cst.ClassDef | None) -> Signature:
         sig = Signature()

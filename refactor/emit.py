@@ -25,6 +25,7 @@ from jupyter_trainmate.runtime.records import read_records
 from .analyze import Item, _target_names
 from .annotate import Coverage, Types, annotate_module
 from .docs import documented, model_card, module_docstring
+from .equivalence import Equivalence
 from .plan import MODULES, Param, Plan
 from .read import Note
 from .testgen import Generated
@@ -72,6 +73,7 @@ class Emitted:
     coverage: Coverage | None = None
     executed: bool = False
     tests: Generated | None = None
+    equivalence: Equivalence | None = None
 
 
 def _is_init(node: cst.CSTNode) -> bool:
@@ -232,9 +234,13 @@ class _Emitter:
         return "\n".join(["from __future__ import annotations", "", *sorted(set(lines))]) + "\n"
 
 
-def emit(plan: Plan, trace: dict[str, list[dict[str, Any]]] | None = None) -> Emitted:
+def emit(
+    plan: Plan,
+    trace: dict[str, list[dict[str, Any]]] | None = None,
+    globals_seen: dict[str, Any] | None = None,
+) -> Emitted:
     e = _Emitter(plan)
-    types = Types(plan, trace)
+    types = Types(plan, trace, globals_seen)
     files: dict[str, str] = {}
     pkg = plan.package
     nb = plan.notebook
@@ -390,12 +396,16 @@ def _run(e: _Emitter) -> tuple[str, list[TrainCell], set[str]]:
     body += "\nreturn {k: v for k, v in locals().items() if k != 'config'}"
     indented = "\n".join(("    " + line) if line.strip() else "" for line in body.splitlines())
     code = (
+        "@no_type_check  # the notebook's script, as written: typed at its edges, not inside\n"
         "def run(config: Config) -> dict[str, object]:\n"
         '    """The notebook\'s top-level code, in order, with the hyperparameters from `config`.\n\n'
         "    Returns the variables it ends with (the notebook's state), by name.\n"
         '    """\n' + indented + "\n"
     )
-    extra = {"Config"} | ({"resolve_device"} if "resolve_device" in code else set())
+    extra = {"Config", "no_type_check"} | (
+        {"resolve_device"} if "resolve_device" in code else set()
+    )
+    e.import_lines.setdefault("no_type_check", "from typing import no_type_check")
     if train_cells:
         extra.add("jupyter_trainmate")
         e.import_lines.setdefault("jupyter_trainmate", "import jupyter_trainmate")
@@ -410,10 +420,17 @@ def _train_cell_function(e: _Emitter, cell: TrainCell, types: Types) -> str:
         body += "\nreturn " + ", ".join(cell.returns)
     typed = [(p, types.value_type(p)) for p in cell.params]
     params = ", ".join(f"{p}: {t}" if t else p for p, t in typed)
-    returns = "" if cell.returns else " -> None"
+    returned = [types.value_type(r) for r in cell.returns]
+    returns = " -> None"
+    if cell.returns:
+        known = [t for t in returned if t]
+        returns = "" if len(known) != len(returned) else f" -> {known[0]}"
+        if len(known) > 1 and len(known) == len(returned):
+            returns = f" -> tuple[{', '.join(known)}]"
     signature = (
         f"def {cell.name}(*, {params}){returns}:" if params else f"def {cell.name}(){returns}:"
     )
+    signature = "@no_type_check\n" + signature  # the cell as written: typed at its edges only
     doc = (
         f'"""The notebook\'s `%%train {cell.options}` cell (cell {cell.number}).\n\n'
         f'`run()` calls it through `jupyter_trainmate.train()`: the same runtime as the magic.\n"""'
@@ -590,6 +607,11 @@ test = ["pytest"]
 [tool.pytest.ini_options]
 pythonpath = ["."]
 testpaths = ["tests"]
+
+[tool.mypy]
+# `run()` and the `%%train` cell functions hold the notebook's code as written: their signatures
+# are typed, their bodies not checked (`@no_type_check`)
+ignore_missing_imports = true
 
 [tool.ruff.lint]
 # pycodestyle errors, pyflakes and import order: the checks `trainmate refactor` guarantees

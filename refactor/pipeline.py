@@ -14,6 +14,7 @@ from .analyze import analyze
 from .annotate import coverage
 from .docs import build_html
 from .emit import emit
+from .equivalence import check
 from .output import write_package
 from .plan import plan
 from .read import read
@@ -44,9 +45,12 @@ def refactor(
     docs: bool = True,
     execute: bool = False,
     timeout: int = 600,
+    check_equivalence: bool = False,
 ) -> tuple[Path, str]:
     """Refactor `notebook` into a package in `out`; returns (out, the report's text)."""
     pkg = package_name(notebook, name)
+    if check_equivalence and not execute:
+        raise TrainmateError("--check-equivalence needs --execute (the notebook's own numbers)")
     out = out if out is not None else notebook.with_suffix("")
     if out.exists() and not force and not dry_run:
         raise TrainmateError(f"{out}: exists; add --force to replace it")
@@ -69,7 +73,11 @@ def refactor(
     trace = None
     if execute:
         trace = run_traced(notebook, {b.cell for b in analysis.bad}, timeout)
-    emitted = emit(the_plan, trace.calls if trace is not None else None)
+    emitted = emit(
+        the_plan,
+        trace.calls if trace is not None else None,
+        trace.globals if trace is not None else None,
+    )
     tests = generate(
         the_plan, trace.calls if trace is not None else None, trace.fixtures if trace else None
     )
@@ -83,8 +91,17 @@ def refactor(
 
     def finish(folder: Path, findings: str) -> None:
         problem = build_html(folder, pkg) if docs else "not built (--no-docs)"
+        if check_equivalence and trace is not None:
+            emitted.equivalence = check(folder, pkg, trace.results, set(the_plan.constants))
         text["report"] = report(the_plan, emitted, findings, problem)
         (folder / "REFACTOR_REPORT.md").write_text(text["report"], encoding="utf-8")
 
     write_package(emitted.files, out, force, finish, tests.binary)
+    result = emitted.equivalence
+    if result is not None and not result.passed:
+        raise TrainmateError(
+            f"{out}: written, but the equivalence check failed: "
+            + (result.error or ", ".join(n for n, _, _, ok in result.compared if not ok))
+            + " (REFACTOR_REPORT.md has the table)"
+        )
     return out, text["report"]

@@ -82,6 +82,19 @@ def report(plan: Plan, emitted: Emitted, findings: str, docs_problem: str = "") 
         lines += [f"- {t}" for t in emitted.tests.tests]
         lines += ["", "Not generated:" if emitted.tests.skipped else "Nothing left out.", ""]
         lines += [f"- {s}" for s in emitted.tests.skipped]
+    if emitted.equivalence is not None:
+        eq = emitted.equivalence
+        lines += ["", "## Equivalence (--check-equivalence)", ""]
+        verdict = "PASSED" if eq.passed else "FAILED"
+        lines.append(
+            f"{verdict}: the notebook's numbers against the package's `run(Config())`, same "
+            f"seeds, relative tolerance {eq.tolerance:g}." + (f" {eq.error}." if eq.error else "")
+        )
+        if eq.compared:
+            lines += ["", "| name | notebook | package | equal |", "| --- | --- | --- | --- |"]
+            lines += [
+                f"| `{n}` | {a} | {b} | {'yes' if ok else 'NO'} |" for n, a, b, ok in eq.compared
+            ]
     lines += ["", "## Checks", ""]
     lines.append(f"`ruff check`: {'clean' if not findings else 'findings left:'}")
     if findings:

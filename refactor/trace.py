@@ -126,8 +126,33 @@ def __trainmate_tracer__():
                     if public and isinstance(member, types.FunctionType):
                         setattr(value, attr, wrap(f"{value.__name__}.{attr}", member, method=True))
 
+    def numbers(ns):
+        import torch
+        found = {}
+        for name, v in ns.items():
+            if name.startswith("_") or isinstance(v, bool):
+                continue
+            if isinstance(v, torch.Tensor) and v.numel() == 1 and v.is_floating_point():
+                v = v.item()
+            if isinstance(v, (int, float)):
+                found[name] = float(v)
+            elif isinstance(v, (list, tuple)) and 0 < len(v) <= 50:
+                flat = [x for i in v for x in (i if isinstance(i, (list, tuple)) else (i,))]
+                if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in flat):
+                    found[name] = [float(x) for x in flat]
+        return found
+
     def finish(trace_file, fixture_file):
         import json, torch
+        results = numbers(ip.user_ns)  # before anything below can change the state
+        kinds = {}
+        for name, v in ip.user_ns.items():
+            if name.startswith("_") or isinstance(v, (types.ModuleType, type, types.FunctionType)):
+                continue
+            try:
+                kinds[name] = describe(v)
+            except Exception:
+                pass
         kept = {}
         for name, (arguments, expected) in fixtures.items():
             fn = ip.user_ns.get(name)
@@ -151,13 +176,14 @@ def __trainmate_tracer__():
             except Exception:
                 pass
         with open(trace_file, "w") as f:
-            json.dump({"calls": calls, "fixtures": sorted(kept)}, f)
+            json.dump({"calls": calls, "fixtures": sorted(kept), "results": results,
+                       "globals": kinds}, f)
         torch.save(kept, fixture_file)
 
     ip.events.register("post_run_cell", after_cell)
-    return finish
+    return finish, numbers
 
-__trainmate_finish__ = __trainmate_tracer__()
+__trainmate_finish__, __trainmate_numbers__ = __trainmate_tracer__()
 del __trainmate_tracer__
 """
 
@@ -166,6 +192,8 @@ del __trainmate_tracer__
 class Trace:
     calls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     fixtures: dict[str, Any] = field(default_factory=dict)  # name -> (kwargs, result)
+    results: dict[str, Any] = field(default_factory=dict)  # the notebook's numbers at its end
+    globals: dict[str, Any] = field(default_factory=dict)  # the type of each global at its end
     seconds: float = 0.0
 
 
@@ -203,9 +231,15 @@ def execute(notebook: Path, skip_cells: set[int], timeout: int) -> Trace:
             raise TrainmateError(f"{notebook}: --execute: the kernel died ({exc})") from None
         except CellExecutionError as exc:
             raise TrainmateError(_failure(notebook, nb, positions, exc)) from None
-        calls = json.loads(trace_file.read_text())["calls"]
+        recorded = json.loads(trace_file.read_text())
         fixtures = torch.load(fixture_file, weights_only=True)
-        return Trace(calls, fixtures, time.perf_counter() - started)
+        return Trace(
+            recorded["calls"],
+            fixtures,
+            recorded["results"],
+            recorded["globals"],
+            time.perf_counter() - started,
+        )
 
 
 def _failure(notebook: Path, nb: nbformat.NotebookNode, positions: list[int], exc: Any) -> str:

@@ -57,13 +57,18 @@ def run(path: Path) -> bool:
 
 
 def refactor_quickstart() -> bool:
-    """`trainmate refactor` on the quickstart, then the package's CLI trains one epoch."""
+    """`trainmate refactor --execute --check-equivalence` on the quickstart, the package's own
+    generated tests, then its CLI trains two epochs."""
     import subprocess
 
     target = OUT / "quickstart_package"
     command = [sys.executable, "-m", "jupyter_trainmate", "refactor"]
     made = subprocess.run(
-        [*command, str(ROOT / "notebooks" / "quickstart.ipynb"), "-o", str(target), "--force"],
+        [
+            *command,
+            str(ROOT / "notebooks" / "quickstart.ipynb"),
+            *("-o", str(target), "--force", "--execute", "--check-equivalence"),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -71,6 +76,19 @@ def refactor_quickstart() -> bool:
     print(made.stdout.strip() or made.stderr.strip())
     if made.returncode:
         return False
+    report = (target / "REFACTOR_REPORT.md").read_text()
+    for line in report.splitlines():
+        if "parameters and returns annotated" in line or line.startswith(("PASSED", "FAILED")):
+            print(f"  {line[:160]}")
+    tested = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=target,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    summary = tested.stdout.strip().splitlines()[-1:] or ["(no output)"]
+    print(f"  the package's generated tests: {summary[0]}")
     trained = subprocess.run(
         [sys.executable, "-m", "quickstart", "train", "--epochs", "2"],
         cwd=OUT,
@@ -83,7 +101,7 @@ def refactor_quickstart() -> bool:
     print(
         f"  python -m quickstart train --epochs 2: {lines[-1] if lines else trained.stderr[-300:]}"
     )
-    return trained.returncode == 0
+    return trained.returncode == 0 and tested.returncode == 0
 
 
 def main() -> int:

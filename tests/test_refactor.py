@@ -366,7 +366,13 @@ def test_docstrings_come_from_the_notebooks_markdown(built: dict[str, Path]) -> 
 def executed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("executed") / "realistic_training"
     proc = trainmate(
-        "refactor", NOTEBOOKS / "realistic_training.ipynb", "-o", out, "--execute", "--no-docs"
+        "refactor",
+        NOTEBOOKS / "realistic_training.ipynb",
+        "-o",
+        out,
+        "--execute",
+        "--check-equivalence",
+        "--no-docs",
     )
     assert proc.returncode == 0, proc.stderr
     return out
@@ -439,3 +445,32 @@ def test_execute_names_the_cell_that_needs_a_missing_file(tmp_path: Path) -> Non
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert "cell 2 needs a file it cannot find in the fresh working folder" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_package_computes_what_the_notebook_computed(executed: Path) -> None:
+    report = (executed / "REFACTOR_REPORT.md").read_text()
+    assert "PASSED: the notebook's numbers against the package's `run(Config())`" in report
+    rows = [line for line in report.splitlines() if line.startswith("| `")]
+    names = {line.split("`")[1] for line in rows}
+    assert {"history", "valid_acc", "baseline_acc", "model2_acc", "per_class"} <= names
+    assert all(line.endswith("| yes |") for line in rows)
+    assert "`LR`" not in report.split("## Equivalence")[1]  # hyperparameters: equal by construction
+
+
+def test_an_equivalence_failure_is_exit_2_and_reported(tmp_path: Path) -> None:
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    notebook = tmp_path / "process.ipynb"
+    # the notebook's kernel and the package's run are two processes: their pids differ
+    cells = [new_code_cell("import os"), new_code_cell("pid = float(os.getpid())")]
+    nbformat.write(new_notebook(cells=cells), notebook)
+    out = tmp_path / "out"
+    proc = trainmate(
+        "refactor", notebook, "-o", out, "--execute", "--check-equivalence", "--no-docs"
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "the equivalence check failed: pid" in proc.stderr
+    assert "| `pid` |" in (out / "REFACTOR_REPORT.md").read_text()  # written, with the table

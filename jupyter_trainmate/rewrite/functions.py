@@ -16,6 +16,10 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
+# Decorators that return the function itself (typing's `no_type_check` only sets an attribute):
+# a function carrying them is rewritten as if it had none.
+NO_OP_DECORATORS = ("@no_type_check\n", "@typing.no_type_check\n")
+
 
 @dataclass(frozen=True)
 class FunctionSource:
@@ -55,6 +59,9 @@ def notebook_function(name: str, namespace: Mapping[str, object]) -> FunctionSou
     except (OSError, TypeError):
         return None
     source = textwrap.dedent("".join(lines))
+    while source.startswith(NO_OP_DECORATORS):  # changes nothing when the function runs
+        source = source.split("\n", 1)[1]
+        first += 1
     if not source.startswith(("def ", "async def ")):  # decorated: the decorator may wrap it
         return None
     return FunctionSource(name, fn, source, first)
