@@ -79,7 +79,10 @@ def refactor(
         trace.globals if trace is not None else None,
     )
     tests = generate(
-        the_plan, trace.calls if trace is not None else None, trace.fixtures if trace else None
+        the_plan,
+        trace.calls if trace is not None else None,
+        trace.fixtures if trace else None,
+        trace.dropped if trace else None,
     )
     emitted.files.update(tests.files)
     emitted.tests = tests

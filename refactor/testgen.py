@@ -235,16 +235,36 @@ def _structure_checks(expr: str, d: dict[str, Any]) -> list[str] | None:
     return None
 
 
-def _fixture_tests(plan: Plan, fixtures: dict[str, Any], out: Generated) -> str:
+def _fixture_tests(
+    plan: Plan,
+    fixtures: dict[str, Any],
+    out: Generated,
+    trace: dict[str, list[dict[str, Any]]],
+    dropped: dict[str, str],
+) -> str:
     import torch
 
     pkg = plan.package
     kept: dict[str, Any] = {}
-    for name, value in sorted(fixtures.items()):
-        placed = plan.placed.get(name)
-        if placed is None or name in plan.in_run:
+    for name, placed in plan.placed.items():  # preprocessing without one: say why
+        if (
+            placed.module != "data"
+            or name in fixtures
+            or not isinstance(placed.item.node, cst.FunctionDef)
+        ):
             continue
-        required = [p for p in placed.params if p.default is None]
+        if name in dropped:
+            why = dropped[name]
+        elif name not in trace:
+            why = "never called in the notebook"
+        else:
+            why = "its inputs or outputs were not small tensors or plain values"
+        out.skipped.append(f"{name}: no characterisation test: {why}")
+    for name, value in sorted(fixtures.items()):
+        target = plan.placed.get(name)
+        if target is None or name in plan.in_run:
+            continue
+        required = [p for p in target.params if p.default is None]
         if required:
             out.skipped.append(f"{name}: needs notebook state ({required[0].name}) to run")
             continue
@@ -290,7 +310,10 @@ def _fixture_tests(plan: Plan, fixtures: dict[str, Any], out: Generated) -> str:
 
 
 def generate(
-    plan: Plan, trace: dict[str, list[dict[str, Any]]] | None, fixtures: dict[str, Any] | None
+    plan: Plan,
+    trace: dict[str, list[dict[str, Any]]] | None,
+    fixtures: dict[str, Any] | None,
+    dropped: dict[str, str] | None = None,
 ) -> Generated:
     out = Generated()
     pkg = plan.package
@@ -310,7 +333,10 @@ def generate(
     for path, text in (
         ("tests/test_models.py", _module_tests(plan, trace, out)),
         ("tests/test_datasets.py", _dataset_tests(plan, trace, out)),
-        ("tests/test_characterisation.py", _fixture_tests(plan, fixtures or {}, out)),
+        (
+            "tests/test_characterisation.py",
+            _fixture_tests(plan, fixtures or {}, out, trace, dropped or {}),
+        ),
     ):
         if text:
             out.files[path] = text

@@ -145,6 +145,7 @@ def __trainmate_tracer__():
     def finish(trace_file, fixture_file):
         import json, torch
         results = numbers(ip.user_ns)  # before anything below can change the state
+        dropped = {}
         kinds = {}
         for name, v in ip.user_ns.items():
             if name.startswith("_") or isinstance(v, (types.ModuleType, type, types.FunctionType)):
@@ -164,7 +165,8 @@ def __trainmate_tracer__():
                 if (random.getstate(), torch.get_rng_state())[0] != states[0] or not torch.equal(
                     torch.get_rng_state(), states[1]
                 ):
-                    continue  # it draws random numbers: no fixed expected output
+                    dropped[name] = "it draws random numbers"
+                    continue  # no fixed expected output
                 same = describe(again) == describe(expected)
                 if same and isinstance(expected, torch.Tensor):
                     same = torch.equal(again, expected)
@@ -173,11 +175,13 @@ def __trainmate_tracer__():
                                for a, b in zip(again, expected))
                 if same:
                     kept[name] = (arguments, expected)
-            except Exception:
-                pass
+                else:
+                    dropped[name] = "a second call gave another result"
+            except Exception as exc:
+                dropped[name] = f"a second call failed ({type(exc).__name__})"
         with open(trace_file, "w") as f:
             json.dump({"calls": calls, "fixtures": sorted(kept), "results": results,
-                       "globals": kinds}, f)
+                       "globals": kinds, "dropped": dropped}, f)
         torch.save(kept, fixture_file)
 
     ip.events.register("post_run_cell", after_cell)
@@ -194,6 +198,7 @@ class Trace:
     fixtures: dict[str, Any] = field(default_factory=dict)  # name -> (kwargs, result)
     results: dict[str, Any] = field(default_factory=dict)  # the notebook's numbers at its end
     globals: dict[str, Any] = field(default_factory=dict)  # the type of each global at its end
+    dropped: dict[str, str] = field(default_factory=dict)  # function -> why it has no fixture
     seconds: float = 0.0
 
 
@@ -238,6 +243,7 @@ def execute(notebook: Path, skip_cells: set[int], timeout: int) -> Trace:
             fixtures,
             recorded["results"],
             recorded["globals"],
+            recorded["dropped"],
             time.perf_counter() - started,
         )
 

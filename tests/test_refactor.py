@@ -317,10 +317,49 @@ def test_a_cell_that_does_not_parse_names_its_cell_and_line(tmp_path: Path) -> N
     assert "--skip-bad-cells" in proc.stderr
 
 
-def test_the_bundled_quickstart_refactors_cleanly(tmp_path: Path) -> None:
-    proc = trainmate("refactor", ROOT / "notebooks" / "quickstart.ipynb", "-o", tmp_path / "q")
+@pytest.mark.slow
+def test_the_bundled_quickstart_with_execute_meets_the_bar(tmp_path: Path) -> None:
+    """The bundled example: equivalence passes, 90%+ annotated, mypy quiet, pdoc documents every
+    public symbol, the generated tests pass."""
+    out = tmp_path / "q"
+    notebook = ROOT / "notebooks" / "quickstart.ipynb"
+    proc = trainmate("refactor", notebook, "-o", out, "--execute", "--check-equivalence")
     assert proc.returncode == 0, proc.stderr
-    assert "`ruff check`: clean" in (tmp_path / "q" / "REFACTOR_REPORT.md").read_text()
+    report = (out / "REFACTOR_REPORT.md").read_text()
+    assert "`ruff check`: clean" in report
+    assert "PASSED: the notebook's numbers" in report
+    found = re.search(r"(\d+) of (\d+) parameters and returns annotated", report)
+    assert found is not None
+    assert int(found.group(1)) / int(found.group(2)) >= 0.9
+    mypy = subprocess.run(
+        [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental",
+         "--cache-dir", os.devnull, "quickstart"],
+        cwd=out, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert mypy.returncode == 0, mypy.stdout
+    env = {**os.environ, "PYTHONPATH": str(out), "PYTHONDONTWRITEBYTECODE": "1"}
+    pdoc = subprocess.run(
+        [sys.executable, "-c", PDOC_COVERAGE, "quickstart"], env=env, capture_output=True, text=True
+    )
+    assert (pdoc.returncode, pdoc.stdout) == (0, "")
+    assert (out / "docs" / "quickstart.html").exists()
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=out, capture_output=True, text=True, check=False, env=env,
+    )  # fmt: skip
+    assert tests.returncode == 0, tests.stdout[-2000:]
+
+
+def test_without_execute_the_generated_import_tests_pass(built: dict[str, Path]) -> None:
+    out = built["kitchen_sink"]
+    assert sorted(p.name for p in (out / "tests").glob("test_*.py")) == ["test_import.py"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=out, capture_output=True, text=True, check=False,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "need --execute" in (out / "REFACTOR_REPORT.md").read_text()
 
 
 PDOC_COVERAGE = """
