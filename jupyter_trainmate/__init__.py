@@ -106,6 +106,7 @@ or no NVIDIA driver, is a normal answer, not an error.
 
 ```console
 $ trainmate refactor train.ipynb -o train_pkg       # --name, --force, --dry-run, --skip-bad-cells
+$ trainmate refactor train.ipynb -o train_pkg --execute --check-equivalence   # + traced types
 $ cd train_pkg && pip install -e . && python -m train_pkg train --epochs 3 --lr 1e-3
 ```
 
@@ -126,6 +127,22 @@ so the package runs on a CPU. The output is ruff-formatted, passes `ruff check`,
 for byte on every run, and is written atomically (an existing folder only with `--force`).
 `REFACTOR_REPORT.md` lists every cell and where it went, every parameter created, and everything
 dropped, commented out, skipped or redefined (the last definition wins).
+
+Types, tests, docs: annotations are inferred statically (literal defaults, the constants, the
+constructors of notebook state, `None` returns, `nn.Module.forward`, Dataset methods) and, with
+`--execute`, from a run of the notebook in a fresh temporary folder (nbclient, `--timeout`)
+that records each function's argument and return types and tensor dtypes and shapes; they are
+applied with libcst's `ApplyTypeAnnotationsVisitor`, shapes go into docstrings, and the report
+gives the share of annotated parameters and returns. `run()` and the `%%train` cell functions
+keep the notebook's code as written: typed signatures, bodies not type-checked
+(`@no_type_check`). Generated pytest tests (in `tests/`): every module imports; with
+`--execute`, each model runs `forward` on inputs of the recorded shapes and one training step,
+each dataset gives its recorded length and item structure, and functions that drew no random
+numbers get characterisation tests from recorded fixtures; what could not be generated soundly
+is listed with the reason. Docstrings come from the markdown above each definition, pdoc renders
+`docs/`, `MODEL_CARD.md` gathers use, data, hyperparameters and recorded metrics.
+`--execute --check-equivalence` runs the package's `run(Config())` and compares the numbers the
+notebook ended with (relative tolerance 1e-4): exit 2 when they differ.
 
 ## In JupyterLab
 
