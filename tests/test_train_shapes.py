@@ -375,3 +375,25 @@ for xb, yb in loader:
 """
     _, ip = assert_parity([COMMON, loop])
     assert len(ip.user_ns["losses"]) == 8
+
+
+def test_break_and_continue_in_the_batch_loop_keep_their_meaning() -> None:
+    """The out-of-memory retry point nests the body in a loop of its own: `break` must still
+    leave the batch loop (and skip its `else`), `continue` still move to the next batch."""
+    cell = """
+seen = 0
+for epoch in range(3):
+    for i, (xb, yb) in enumerate(loader):
+        if i == 1:
+            continue
+        if i == 4:
+            break
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        opt.step()
+        seen += 1
+    else:
+        seen += 100
+"""
+    _, ip = assert_parity([COMMON, cell])
+    assert ip.user_ns["seen"] == 3 * 3  # batches 0, 2, 3 of each epoch; never the else
