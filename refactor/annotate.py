@@ -385,13 +385,15 @@ def _stub_function(fn: cst.FunctionDef, sig: Signature, indent: str = "") -> str
     return f"{indent}def {fn.name.value}({', '.join(parts)}){returns}: ...\n"
 
 
-class _SetAnnotations(cst.CSTTransformer):
-    """Write the signatures' types into parameters and returns that have none."""
+class _ByQualname(cst.CSTTransformer):
+    """Keeps the enclosing classes, so `qualname(fn)` is `Class.method` as the trace names it."""
 
-    def __init__(self, signatures: dict[str, Signature]) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.signatures = signatures
         self.stack: list[str] = []
+
+    def qualname(self, fn: cst.FunctionDef) -> str:
+        return ".".join([*self.stack, fn.name.value])
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.stack.append(node.name.value)
@@ -402,13 +404,21 @@ class _SetAnnotations(cst.CSTTransformer):
         self.stack.pop()
         return updated_node
 
+
+class _SetAnnotations(_ByQualname):
+    """Write the signatures' types into parameters and returns that have none."""
+
+    def __init__(self, signatures: dict[str, Signature]) -> None:
+        super().__init__()
+        self.signatures = signatures
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False  # nested functions keep their own (no) annotations
 
     def leave_FunctionDef(
         self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
     ) -> cst.FunctionDef:
-        sig = self.signatures.get(".".join([*self.stack, updated_node.name.value]))
+        sig = self.signatures.get(self.qualname(updated_node))
         if sig is None:
             return updated_node
 
@@ -430,28 +440,17 @@ class _SetAnnotations(cst.CSTTransformer):
         return updated_node.with_changes(params=params, returns=returns)
 
 
-class _ShapeDocs(cst.CSTTransformer):
+class _ShapeDocs(_ByQualname):
     """Append the traced tensor shapes to the docstrings of the functions they belong to."""
 
     def __init__(self, shapes: dict[str, list[str]]) -> None:
         super().__init__()
         self.shapes = shapes
-        self.stack: list[str] = []
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.stack.append(node.name.value)
-
-    def leave_ClassDef(
-        self, original_node: cst.ClassDef, updated_node: cst.ClassDef
-    ) -> cst.ClassDef:
-        self.stack.pop()
-        return updated_node
 
     def leave_FunctionDef(
         self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
     ) -> cst.FunctionDef:
-        qualname = ".".join([*self.stack, updated_node.name.value])
-        lines = self.shapes.get(qualname)
+        lines = self.shapes.get(self.qualname(updated_node))
         body = updated_node.body
         if not lines or not isinstance(body, cst.IndentedBlock) or not body.body:
             return updated_node

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,7 +219,7 @@ class _Emitter:
                 )
         return lines
 
-    def header(self, module: str, body: str, extra: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+    def header(self, module: str, body: str, extra: Iterable[str] = ()) -> str:
         """The imports `body` needs: the notebook's, other modules' definitions, constants."""
         used = _names(body) | set(extra)
         lines = [self.import_lines[n] for n in sorted(used) if n in self.import_lines]
@@ -431,10 +431,11 @@ def _train_cell_function(e: _Emitter, cell: TrainCell, types: Types) -> str:
         f"def {cell.name}(*, {params}){returns}:" if params else f"def {cell.name}(){returns}:"
     )
     signature = "@no_type_check\n" + signature  # the cell as written: typed at its edges only
+    magic = f"%%train {cell.options}".rstrip()
     doc = (
-        f'"""The notebook\'s `%%train {cell.options}` cell (cell {cell.number}).\n\n'
+        f'"""The notebook\'s `{magic}` cell (cell {cell.number}).\n\n'
         f'`run()` calls it through `jupyter_trainmate.train()`: the same runtime as the magic.\n"""'
-    ).replace("%%train  ", "%%train ")
+    )
     text = doc + "\n" + body
     return (
         signature

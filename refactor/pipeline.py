@@ -17,7 +17,7 @@ from .emit import emit
 from .equivalence import check
 from .output import write_package
 from .plan import plan
-from .read import read
+from .read import Note, read
 from .report import report
 from .testgen import generate
 from .trace import execute as run_traced
@@ -67,8 +67,6 @@ def refactor(
         )
     the_plan = plan(nb, analysis, pkg)
     for bad in analysis.bad:
-        from .read import Note
-
         the_plan.notes.append(Note(bad.cell, bad.line, "skipped", f"does not parse: {bad.message}"))
     trace = None
     if execute:

@@ -7,13 +7,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_trainmate import last_run
+from jupyter_trainmate import RunSummary, last_run
 from jupyter_trainmate.errors import TrainmateError
 from jupyter_trainmate.runtime.checkpoint import checkpoints, load
 
@@ -42,6 +44,34 @@ def reference() -> dict[str, torch.Tensor]:
     return weights(run([setup, LOOP], None))
 
 
+def interrupt_then_resume(
+    before: int, after: int, line: str, between: Callable[[], None] = lambda: None
+) -> tuple[InteractiveShell, RunSummary]:
+    """Run LOOP under `%%train LINE`, stopped by a KeyboardInterrupt at step `before` (ahead of
+    the forward) or `after` (after the optimizer step); call `between`; run it with `--resume`."""
+    ip = fresh_shell()
+    ip.run_cell(
+        COMMON + f"\nstep_counter = 0\nSTOP_BEFORE_FORWARD = {before}\nSTOP_AFTER_STEP = {after}\n"
+    ).raise_error()
+    ip.run_cell(f"%%train {line}\n{LOOP}")
+    interrupted = last_run()
+    assert interrupted is not None
+    assert interrupted.outcome == "interrupted"
+    between()
+    ip.user_ns["STOP_BEFORE_FORWARD"] = ip.user_ns["STOP_AFTER_STEP"] = -1
+    ip.run_cell(f"%%train {line} --resume\n{LOOP}").raise_error()
+    resumed = last_run()
+    assert resumed is not None
+    assert resumed.outcome == "finished"
+    return ip, interrupted
+
+
+def assert_same_weights(expected: dict[str, torch.Tensor], ip: InteractiveShell) -> None:
+    got = weights(ip)
+    differing = [k for k in expected if not torch.equal(expected[k], got[k])]
+    assert not differing, differing
+
+
 @pytest.mark.parametrize(
     ("before", "after", "every"),
     [(11, -1, 0), (-1, 13, 0), (20, -1, 5), (-1, 8, 4)],
@@ -51,26 +81,20 @@ def test_interrupt_then_resume_is_bit_identical(
     before: int, after: int, every: int, tmp_path: Path
 ) -> None:
     expected = reference()
-    ip = fresh_shell()
-    ip.run_cell(
-        COMMON + f"\nstep_counter = 0\nSTOP_BEFORE_FORWARD = {before}\nSTOP_AFTER_STEP = {after}\n"
-    ).raise_error()
     line = f"--checkpoint {tmp_path} --every {every} --display off"
-    ip.run_cell(f"%%train {line}\n{LOOP}")
-    summary = last_run()
-    assert summary is not None
-    assert summary.outcome == "interrupted"
-    assert any("continue with %%train --resume" in e for e in summary.events)
-    assert checkpoints(tmp_path)
-    ip.user_ns["STOP_BEFORE_FORWARD"] = ip.user_ns["STOP_AFTER_STEP"] = -1
-    ip.run_cell(f"%%train {line} --resume\n{LOOP}").raise_error()
-    resumed = last_run()
-    assert resumed is not None
-    assert resumed.outcome == "finished"
-    got = weights(ip)
-    differing = [k for k in expected if not torch.equal(expected[k], got[k])]
-    assert not differing, differing
+    ip, interrupted = interrupt_then_resume(
+        before, after, line, lambda: assert_checkpointed(tmp_path)
+    )
+    assert any("continue with %%train --resume" in e for e in interrupted.events)
+    assert_same_weights(expected, ip)
     assert ip.user_ns["opt"].param_groups[0]["lr"] == pytest.approx(0.1 * 0.7**3)
+
+
+def assert_checkpointed(folder: Path, mid_window: bool = False) -> None:
+    found = checkpoints(folder)
+    assert found
+    if mid_window:
+        assert load(found[-1])["pending"] > 0  # it stopped inside an accumulation window
 
 
 @pytest.mark.parametrize(
@@ -85,21 +109,11 @@ def test_interrupt_then_resume_with_accumulation_is_bit_identical(
     in the checkpoint, and the resumed run ends exactly where the uninterrupted one does."""
     setup = COMMON + "\nstep_counter = 0\nSTOP_BEFORE_FORWARD = STOP_AFTER_STEP = -1\n"
     expected = weights(run([setup, LOOP], "--accumulate 4 --display off"))
-    ip = fresh_shell()
-    ip.run_cell(
-        COMMON + f"\nstep_counter = 0\nSTOP_BEFORE_FORWARD = {before}\nSTOP_AFTER_STEP = {after}\n"
-    ).raise_error()
     line = f"--accumulate 4 --checkpoint {tmp_path} --every {every} --display off"
-    ip.run_cell(f"%%train {line}\n{LOOP}")
-    summary = last_run()
-    assert summary is not None
-    assert summary.outcome == "interrupted"
-    assert load(checkpoints(tmp_path)[-1])["pending"] > 0  # it stopped inside a window
-    ip.user_ns["STOP_BEFORE_FORWARD"] = ip.user_ns["STOP_AFTER_STEP"] = -1
-    ip.run_cell(f"%%train {line} --resume\n{LOOP}").raise_error()
-    got = weights(ip)
-    differing = [k for k in expected if not torch.equal(expected[k], got[k])]
-    assert not differing, differing
+    ip, _ = interrupt_then_resume(
+        before, after, line, lambda: assert_checkpointed(tmp_path, mid_window=True)
+    )
+    assert_same_weights(expected, ip)
 
 
 def test_checkpoints_hold_the_state_of_their_step_while_training_goes_on(tmp_path: Path) -> None:

@@ -37,6 +37,27 @@ def refactored(name: str, out: Path) -> Path:
     return out
 
 
+def mypy(cwd: Path, package: str) -> subprocess.CompletedProcess[str]:
+    """mypy on a generated package, the way the issue measures it (no cache left behind)."""
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental",
+         "--cache-dir", os.devnull, package],
+        cwd=cwd, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def generated_tests(cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The generated package's own pytest tests, run in its folder."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("refactored")
@@ -331,33 +352,22 @@ def test_the_bundled_quickstart_with_execute_meets_the_bar(tmp_path: Path) -> No
     found = re.search(r"(\d+) of (\d+) parameters and returns annotated", report)
     assert found is not None
     assert int(found.group(1)) / int(found.group(2)) >= 0.9
-    mypy = subprocess.run(
-        [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental",
-         "--cache-dir", os.devnull, "quickstart"],
-        cwd=out, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert mypy.returncode == 0, mypy.stdout
+    checked = mypy(cwd=out, package="quickstart")
+    assert checked.returncode == 0, checked.stdout
     env = {**os.environ, "PYTHONPATH": str(out), "PYTHONDONTWRITEBYTECODE": "1"}
     pdoc = subprocess.run(
         [sys.executable, "-c", PDOC_COVERAGE, "quickstart"], env=env, capture_output=True, text=True
     )
     assert (pdoc.returncode, pdoc.stdout) == (0, "")
     assert (out / "docs" / "quickstart.html").exists()
-    tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-        cwd=out, capture_output=True, text=True, check=False, env=env,
-    )  # fmt: skip
+    tests = generated_tests(cwd=out)
     assert tests.returncode == 0, tests.stdout[-2000:]
 
 
 def test_without_execute_the_generated_import_tests_pass(built: dict[str, Path]) -> None:
     out = built["kitchen_sink"]
     assert sorted(p.name for p in (out / "tests").glob("test_*.py")) == ["test_import.py"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-        cwd=out, capture_output=True, text=True, check=False,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-    )  # fmt: skip
+    proc = generated_tests(cwd=out)
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "need --execute" in (out / "REFACTOR_REPORT.md").read_text()
 
@@ -423,12 +433,8 @@ def test_execute_annotates_nine_in_ten_and_mypy_finds_nothing(executed: Path) ->
     found = re.search(r"(\d+) of (\d+) parameters and returns annotated \((\d+)%\)", report)
     assert found is not None
     assert int(found.group(1)) / int(found.group(2)) >= 0.9
-    mypy = subprocess.run(
-        [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental",
-         "--cache-dir", os.devnull, "realistic_training"],
-        cwd=executed, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert mypy.returncode == 0, mypy.stdout
+    checked = mypy(cwd=executed, package="realistic_training")
+    assert checked.returncode == 0, checked.stdout
     model = (executed / "realistic_training" / "model.py").read_text()
     assert "def forward(self, x: Tensor) -> Tensor:" in model
     assert "- x: float32[64, 3, 8, 8] (cpu)" in model  # the shapes seen, in the docstring
@@ -447,14 +453,7 @@ def test_generated_tests_pass_three_times_in_a_row(executed: Path) -> None:
         "test_models.py",
     ]
     for _ in range(3):
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-            cwd=executed,
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-        )
+        proc = generated_tests(cwd=executed)
         assert proc.returncode == 0, proc.stdout[-3000:]
         assert " passed" in proc.stdout
         assert "skipped" not in proc.stdout
@@ -463,12 +462,8 @@ def test_generated_tests_pass_three_times_in_a_row(executed: Path) -> None:
 @pytest.mark.slow
 def test_static_types_alone_keep_mypy_quiet(built: dict[str, Path]) -> None:
     for name in GOOD:
-        mypy = subprocess.run(
-            [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental",
-             "--cache-dir", os.devnull, name],
-            cwd=built[name], capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        assert mypy.returncode == 0, (name, mypy.stdout)
+        checked = mypy(cwd=built[name], package=name)
+        assert checked.returncode == 0, (name, checked.stdout)
         assert "static inference only" in (built[name] / "REFACTOR_REPORT.md").read_text()
 
 
