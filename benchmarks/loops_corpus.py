@@ -19,13 +19,13 @@ import io
 import math
 import sys
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import numpy as np
+import tomllib
 import torch
 from IPython.core.interactiveshell import InteractiveShell
 from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -235,7 +235,12 @@ def measure(entry: Entry, folder: Path, line: str) -> Outcome:
     }
     notes = [*summary.instrumented, *summary.left_alone, *summary.events]
     return Outcome(
-        not differing, differing, plain_steps, counts, progress, notes,
+        not differing,
+        differing,
+        plain_steps,
+        counts,
+        progress,
+        notes,
         time.perf_counter() - started,
     )
 
@@ -257,7 +262,9 @@ def report(entry: Entry, outcome: Outcome) -> str:
         lines.append(f"   {key:9s} reported {got!s:>6}  true {true!s:>6}  {mark}")
     opt = outcome.summary.get("optimizer_steps")
     mark = "ok" if opt == outcome.plain_optimizer_steps else "WRONG"
-    lines.append(f"   optimizer steps reported {opt} / plain run {outcome.plain_optimizer_steps}  {mark}")
+    lines.append(
+        f"   optimizer steps reported {opt} / plain run {outcome.plain_optimizer_steps}  {mark}"
+    )
     lines.append(f"   live progress at the end: {outcome.progress}")
     lines.append("   counts: " + ("all right" if not wrong else "wrong: " + ", ".join(wrong)))
     lines += [f"   | {note}" for note in outcome.notes]
@@ -267,7 +274,9 @@ def report(entry: Entry, outcome: Outcome) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("folder", type=Path)
-    parser.add_argument("--manifest", type=Path, default=Path(__file__).with_name("loops_corpus.toml"))
+    parser.add_argument(
+        "--manifest", type=Path, default=Path(__file__).with_name("loops_corpus.toml")
+    )
     parser.add_argument("--only", action="append", default=[])
     parser.add_argument("--line", default="", help="options for %%train (default: none)")
     args = parser.parse_args(argv)
@@ -276,7 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for entry in entries:
         if not (args.folder / entry.file).exists():
-            print(f"== {entry.name}: {args.folder / entry.file} is missing (fetch {entry.repository}@{entry.commit}:{entry.path})")
+            print(
+                f"== {entry.name}: {args.folder / entry.file} is missing (fetch {entry.repository}@{entry.commit}:{entry.path})"
+            )
             failures += 1
             continue
         outcome = measure(entry, args.folder, args.line)
