@@ -5,6 +5,8 @@ from the loader when it is known (and the summary says when a count is a guess).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -126,7 +128,7 @@ for step in range(20):
 """
     summary, _ = assert_parity([COMMON, setup, cell])
     assert (summary.steps, summary.optimizer_steps) == (20, 40)
-    assert "0 steps" not in summary.line()
+    assert not re.search(r"\b0 steps", summary.line())
 
 
 def test_epoch_loop_in_the_cell_and_batch_loop_in_a_called_function() -> None:
@@ -286,7 +288,7 @@ for epoch in range(3):
     summary, _ = assert_parity([COMMON, functions, cell])
     assert summary.optimizer_steps == 24
     assert summary.steps == 24
-    assert "0 steps" not in summary.line()
+    assert not re.search(r"\b0 steps", summary.line())
     assert any("counted at optimizer steps" in event for event in summary.events)
 
 

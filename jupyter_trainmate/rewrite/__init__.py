@@ -11,6 +11,7 @@ at the user's own line.
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from .functions import (
     notebook_function,
     notebook_methods_with_backward,
 )
-from .loops import BatchLoopTransformer
+from .loops import BatchLoopTransformer, iterated_names
 from .retry import MARK, RetryTransformer, compile_rewritten
 
 __all__ = [
@@ -89,12 +90,18 @@ class RewriteResult:
 
 
 def rewrite_source(
-    source: str, context: RewriteContext, trainers: frozenset[str] = frozenset()
+    source: str,
+    context: RewriteContext,
+    trainers: frozenset[str] = frozenset(),
+    model_lists: frozenset[str] = frozenset(),
 ) -> tuple[str, CodeFacts]:
-    """Rewrite one piece of code (a cell or a function). Raises libcst's ParserSyntaxError."""
+    """Rewrite one piece of code (a cell or a function). Raises libcst's ParserSyntaxError.
+
+    `model_lists` names the lists of models or optimizers the code may loop over (see
+    `loops.over_models`)."""
     wrapper = cst.MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
     facts = read_facts(wrapper, trainers)
-    looped = wrapper.visit(BatchLoopTransformer(context, facts))
+    looped = wrapper.visit(BatchLoopTransformer(context, facts, model_lists))
     called = cst.MetadataWrapper(looped, unsafe_skip_copy=True).visit(TrainCallTransformer(context))
     return called.visit(RetryTransformer()).code, facts
 
@@ -120,6 +127,22 @@ def _reachable_functions(
             next_frontier |= calls
         frontier = next_frontier
     return found
+
+
+def _model_lists(modules: list[cst.Module], namespace: Mapping[str, object]) -> frozenset[str]:
+    """Names the code iterates that hold a list or tuple of models or optimizers."""
+    torch = sys.modules.get("torch")  # not imported: the namespace holds no models
+    if torch is None:
+        return frozenset()
+    kinds = (torch.nn.Module, torch.optim.Optimizer)
+    found = set()
+    for name in sorted(set().union(*(iterated_names(module) for module in modules))):
+        value = namespace.get(name)
+        if isinstance(value, torch.nn.ModuleList) or (
+            isinstance(value, list | tuple) and value and all(isinstance(v, kinds) for v in value)
+        ):
+            found.add(name)
+    return frozenset(found)
 
 
 def _trainers(
@@ -205,7 +228,12 @@ def _rewrite_cell(source: str, namespace: _RecordingNamespace | None) -> Rewrite
         return RewriteResult(source, CodeFacts(), notes=context.notes)
     functions = _reachable_functions(module, namespace) if namespace is not None else {}
     trainers = _trainers(functions)
-    code, facts = rewrite_source(source, context, trainers)
+    model_lists = (
+        _model_lists([module, *(fn_module for _, fn_module, _ in functions.values())], namespace)
+        if namespace is not None
+        else frozenset()
+    )
+    code, facts = rewrite_source(source, context, trainers, model_lists)
     result = RewriteResult(
         code, facts, notes=context.sorted_notes(), batch_sources=context.batch_sources
     )
@@ -222,7 +250,7 @@ def _rewrite_cell(source: str, namespace: _RecordingNamespace | None) -> Rewrite
             )
     for name, (fn, _, _) in functions.items():
         fn_context = RewriteContext(origin=f"function {name}", line_offset=fn.first_line - 1)
-        new_source, fn_facts = rewrite_source(fn.source, fn_context, trainers)
+        new_source, fn_facts = rewrite_source(fn.source, fn_context, trainers, model_lists)
         if any(n.kind == "instrumented" for n in fn_context.notes):
             result.functions[name] = RewrittenFunction(fn, new_source, fn_facts)
             result.notes.extend(fn_context.sorted_notes())

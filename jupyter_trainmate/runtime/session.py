@@ -28,7 +28,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from ..errors import TrainmateError
 from ..monitor.host import usable_cpus
 from .amp import AmpPolicy, resolve_amp
-from .batch import batch_size
+from .batch import SampleCounter, leading_size
 from .checkpoint import FORMAT as CHECKPOINT_FORMAT
 from .checkpoint import VERSION as CHECKPOINT_VERSION
 from .checkpoint import (
@@ -44,7 +44,7 @@ from .loader import LoaderInfo, loader_info
 from .oom import OutOfMemoryRetry
 from .options import TrainOptions
 from .prefetch import CudaPrefetcher, ThreadPrefetcher
-from .summary import Outcome, RunProgress, RunSummary, _record
+from .summary import Outcome, RunProgress, RunSummary, SamplesSource, _record
 from .timing import StepTimer
 from .tune import Candidate, LoaderTuner, loader_like, tunable
 
@@ -62,6 +62,20 @@ def params_device(namespace: Mapping[str, object]) -> torch.device | None:
             for p in value.parameters():
                 return torch.device(p.device)
     return None
+
+
+class _CounterLoop:
+    """A counter loop in progress (`TrainSession.loop`): what the session knows of it so far."""
+
+    __slots__ = ("epochs_at_start", "epochs_mark", "inner", "length", "outer", "steps")
+
+    def __init__(self, length: int | None, epochs_at_start: int, epochs_mark: int) -> None:
+        self.length = length
+        self.epochs_at_start = epochs_at_start
+        self.epochs_mark = epochs_mark  # epochs() calls seen when the current pass began
+        self.inner = False  # a batch loop, a counter loop or next() ran in the current pass
+        self.outer = False  # other loops run inside it: its passes are epochs (or folds)
+        self.steps = 0  # passes that were steps
 
 
 class _Batches:
@@ -97,10 +111,12 @@ class _Batches:
             tuner = session._tuner(iterable)
             if tuner is not None:
                 if tuner.best is None:  # first epoch: try the candidates on its own batches
-                    return session._iterate(session._source(tuner.first_epoch()), remaining)
+                    return session._iterate(
+                        session._source(tuner.first_epoch()), remaining, 0, SampleCounter(iterable)
+                    )
                 iterable = tuner.later_loader()
                 session.loader_info = loader_info(iterable)  # advice about the loader in use
-        return session._iterate(session._source(iterable), remaining)
+        return session._iterate(session._source(iterable), remaining, 0, SampleCounter(iterable))
 
 
 class TrainSession:
@@ -180,6 +196,16 @@ class TrainSession:
         self._left_alone = left_alone
         self._backwards = 0
         self._pending = 0  # backward() calls since the last real optimizer step
+        # What counts as a step and an epoch (see `loop` and `_iterate_plain`): a batch, or a pass
+        # of a counter loop, is a training step when a backward() or an optimizer step (a
+        # "signal") happened while it was in hand; validation batches are taken back out.
+        self._signals = 0
+        self._in_batch = 0  # batch loop bodies in progress: a counter loop inside one is no step
+        self._loops: list[_CounterLoop] = []  # counter loops in progress, innermost last
+        self._epochs_calls = 0  # epochs() calls: an explicit epoch loop outranks a counter loop
+        self._uncounted = [0, 0, 0]  # steps, samples, passes taken back as not training
+        self._samples_counted = False  # a batch loop or next() counted samples
+        self._samples_guessed = False  # ... some by the batches' first dimension
         self.oom_guard = OutOfMemoryRetry(self)  # `with __trainmate__.oom_guard:` in batch loops
         # `__trainmate__.parts(batch, names)`: the batch once; after an out-of-memory error, again
         # as micro-batches (see `oom`). Bound once: it runs on every step.
@@ -313,7 +339,7 @@ class TrainSession:
         if position == 0:
             set_rng_state(resume["rng"])
             self._epoch_rng = rng_state()
-            return self._iterate(self._source(iterable), remaining)
+            return self._iterate(self._source(iterable), remaining, 0, SampleCounter(iterable))
         set_rng_state(resume["epoch_rng"])  # the epoch's order, drawn again as it was
         self._epoch_rng = resume["epoch_rng"]
         source: Iterable[Any]
@@ -331,7 +357,9 @@ class TrainSession:
             source = it
         set_rng_state(resume["rng"])  # then every draw continues where the run stopped
         self.event(f"resumed after {position} batches of the epoch in progress")
-        return self._iterate(self._source(source), remaining, done=position)
+        return self._iterate(
+            self._source(source), remaining, position, SampleCounter(iterable, position)
+        )
 
     def _spike(self, optimizer: torch.optim.Optimizer) -> bool:
         """Whether this optimizer step is a gradient spike to drop (skip/rollback)."""
@@ -413,7 +441,21 @@ class TrainSession:
             totals = self.timer.finish()
         finally:
             self._exit.close()
-        steps = totals.steps or self._backwards
+        steps, samples, epochs = totals.steps, totals.samples, self.epochs_seen
+        if not self._signals:  # nothing trained where the session could see it: count it all
+            steps, samples = steps + self._uncounted[0], samples + self._uncounted[1]
+            epochs += self._uncounted[2]
+        optimizer_steps = sum(self._opt_steps.values())
+        steps = steps or self._backwards
+        if not steps and optimizer_steps:
+            steps = optimizer_steps
+            self.event(
+                "steps counted at optimizer steps: the rewrite reached no training loop "
+                "(%%train --show says why)"
+            )
+        source: SamplesSource = "none"
+        if self._samples_counted:
+            source = "batch dim 0" if self._samples_guessed else "loader"
         summary = RunSummary(
             outcome=outcome,
             device=str(self.device),
@@ -422,10 +464,10 @@ class TrainSession:
             prefetch=self.prefetch_mode,
             accumulate=self.accumulate,
             steps=steps,
-            optimizer_steps=sum(self._opt_steps.values()),
+            optimizer_steps=optimizer_steps,
             optimizer_steps_by_optimizer=tuple(self._opt_steps.values()),
-            epochs=self.epochs_seen,
-            samples=totals.samples,
+            epochs=epochs,
+            samples=samples,
             wall_s=time.perf_counter() - self._started,
             data_wait_s=totals.data_s,
             compute_s=totals.compute_s,
@@ -435,6 +477,7 @@ class TrainSession:
             events=tuple(self.events),
             instrumented=self._instrumented,
             left_alone=self._left_alone,
+            samples_source=source,
         )
         _record(summary)
         return summary
@@ -443,7 +486,10 @@ class TrainSession:
         """A snapshot of where the run is, for the status file and the display (any thread)."""
         totals = self.timer.totals
         wall = time.perf_counter() - self._started
-        steps, per_epoch, epochs_total = totals.steps, self.steps_per_epoch, self.epochs_total
+        optimizer_steps = sum(self._opt_steps.values())
+        # the summary's fallbacks too: a loop the rewrite could not reach still moves the widget
+        steps = totals.steps or self._backwards or optimizer_steps
+        per_epoch, epochs_total = self.steps_per_epoch, self.epochs_total
         active = self._in_epoch
         finished_epochs = self.epochs_seen - self._epochs_base
         in_epoch = steps - self._epoch_first_step if active else 0
@@ -458,7 +504,7 @@ class TrainSession:
         return RunProgress(
             steps=steps,
             samples=totals.samples,
-            optimizer_steps=sum(self._opt_steps.values()),
+            optimizer_steps=optimizer_steps,
             epoch=finished_epochs + (1 if active else 0),
             epochs_total=epochs_total,
             # between epochs (or after the last) the finished epoch shows as complete
@@ -489,6 +535,7 @@ class TrainSession:
 
     def epochs(self, iterable: Iterable[Any]) -> Iterable[Any]:
         """The epoch loop's iterable, returned as is: the session only learns its length."""
+        self._epochs_calls += 1
         try:
             self.epochs_total = len(iterable)  # type: ignore[arg-type]
         except TypeError:
@@ -517,14 +564,14 @@ class TrainSession:
         return iter(iterable)
 
     def _iterate(
-        self, source: Iterator[Any], remaining: int | None, done: int = 0
+        self, source: Iterator[Any], remaining: int | None, done: int, counter: SampleCounter
     ) -> Iterator[Any]:
         if self.checkpoint_dir is not None:
-            return self._iterate_checkpointed(source, remaining, done)
-        return self._iterate_plain(source, remaining)
+            return self._iterate_checkpointed(source, remaining, done, counter)
+        return self._iterate_plain(source, remaining, counter)
 
     def _iterate_checkpointed(
-        self, source: Iterator[Any], remaining: int | None, done: int
+        self, source: Iterator[Any], remaining: int | None, done: int, counter: SampleCounter
     ) -> Iterator[Any]:
         """The batch loop with checkpoints: every `--every` steps, at the epoch's end, and enough
         state kept per step (the torch RNG after each fetch) to checkpoint an interrupted step."""
@@ -533,7 +580,9 @@ class TrainSession:
         # The epoch in progress, 0-based in the epoch loop: read now, since an exception closes
         # the inner generator (which counts the epoch as seen) before the handler runs.
         self._ckpt_epoch = self.epochs_seen - self._epochs_base
-        inner = self._iterate_plain(source, None if remaining is None else remaining - done)
+        inner = self._iterate_plain(
+            source, None if remaining is None else remaining - done, counter
+        )
         for batch in inner:
             self._rng_after_fetch = torch.get_rng_state()
             self._stepped = False
@@ -547,36 +596,127 @@ class TrainSession:
         self._epoch_rng = None
         self.save_checkpoint(0)  # the epoch is done: the next one starts fresh
 
-    def _iterate_plain(self, source: Iterator[Any], remaining: int | None) -> Iterator[Any]:
+    def _iterate_plain(
+        self, source: Iterator[Any], remaining: int | None, counter: SampleCounter
+    ) -> Iterator[Any]:
         # The per-step path: a plain for loop, bound methods in locals, no try/except per batch.
-        before, after, size = self.timer.before_fetch, self.timer.after_fetch, batch_size
+        # A batch is a training step when a signal (backward(), an optimizer step) came while it
+        # was in hand; one that brought none (validation) is taken back out of the counts. The
+        # pass is an epoch from its first batch that trained: progress follows it from there.
+        timer = self.timer
+        before, after, uncount = timer.before_fetch, timer.after_fetch, timer.uncount
         track_last = remaining is not None and self.accumulate > 1
-        self.steps_per_epoch = remaining
-        self._epoch_first_step = self.timer.totals.steps
-        self._in_epoch = True
-        fetched = 0
+        per_epoch, first_step = remaining, timer.totals.steps
+        self._inner_loop_started(epochs=True)
+        self._samples_counted = True
+        self._samples_guessed |= not counter.exact
+        fetched = trained = 0
+        holding = False
         try:
             before()
             for batch in source:
-                after(size(batch))
+                samples = counter(batch)
+                after(samples)
                 fetched += 1
                 if track_last:
                     remaining -= 1  # type: ignore[operator]
                     self._last_batch = remaining == 0
+                signals = self._signals
+                self._in_batch += 1
+                holding = True
                 yield batch
+                holding = False
+                self._in_batch -= 1
+                if self._signals == signals:
+                    uncount(samples)
+                    self._uncounted[0] += 1
+                    self._uncounted[1] += samples
+                elif not trained:
+                    trained = 1
+                    self.steps_per_epoch = per_epoch
+                    self._epoch_first_step = first_step
+                    self._in_epoch = True
+                else:
+                    trained += 1
                 before()
             if self.nan_guard.policy == "stop":
                 self.nan_guard.check_pending()
             for late in self.spike_guard.check_pending():
                 self.event(late)
         finally:
-            if fetched:
-                self.epochs_seen += 1  # an iter() that fetched nothing (tqdm's spare one): no epoch
-            self._in_epoch = False
+            if holding:  # left from inside the body (break, an exception)
+                self._in_batch -= 1
+            if trained:
+                self.epochs_seen += 1
+                self._in_epoch = False
+            elif fetched:  # a validation pass (an iter() that fetched nothing is no pass at all)
+                self._uncounted[2] += 1
             self._last_batch = False
             close = getattr(source, "close", None)
             if close is not None:
                 close()
+
+    def loop(self, iterable: Iterable[Any]) -> Iterable[Any]:
+        """A training loop over a counter (`range(...)`, a list of models; see `rewrite.loops`).
+
+        Inside a batch loop's body it is returned as is: the batch is the step. Elsewhere each
+        pass is a step when it brought a signal and no loop inside it iterated batches (a loop
+        that draws its own data); when a batch loop or another counter loop runs inside it, it
+        is an epoch loop (the epoch total for progress and ETA is its length) and the loops
+        inside count. Iterating it yields exactly what the original yields.
+        """
+        if self._in_batch:
+            return iterable
+        return self._counter_loop(iterable)
+
+    def _counter_loop(self, iterable: Iterable[Any]) -> Iterator[Any]:
+        try:
+            length: int | None = len(iterable)  # type: ignore[arg-type]
+        except TypeError:
+            length = None
+        parent = self._loops[-1] if self._loops else None
+        self._inner_loop_started(epochs=True)
+        frame = _CounterLoop(length, self.epochs_seen, self._epochs_calls)
+        self._loops.append(frame)
+        timer = self.timer
+        first_step = timer.totals.steps
+        try:
+            for item in iterable:
+                frame.inner = False
+                frame.epochs_mark = self._epochs_calls
+                provisional = not frame.outer  # a step, unless a loop inside it counts
+                if provisional:
+                    timer.before_fetch()
+                    timer.after_fetch(0)
+                signals = self._signals
+                yield item
+                if provisional:
+                    if frame.inner or self._signals == signals:
+                        timer.uncount(0)
+                    else:
+                        frame.steps += 1
+                        if frame.steps == 1 and parent is not None:  # an epoch, as a batch pass
+                            self.steps_per_epoch = length
+                            self._epoch_first_step = first_step
+                            self._in_epoch = True
+        finally:
+            self._loops.remove(frame)
+            if frame.steps and parent is not None:
+                self.epochs_seen += 1  # a pass of steps that the loop around it repeats
+                self._in_epoch = False
+
+    def _inner_loop_started(self, epochs: bool) -> None:
+        """A batch loop or a counter loop (`epochs`), or a next() fetch, starts inside the
+        innermost counter loop in progress: that loop's current pass is not a step itself."""
+        if not self._loops or self._in_batch:
+            return
+        frame = self._loops[-1]
+        frame.inner = True
+        if epochs and not frame.outer:
+            frame.outer = True
+            if self._epochs_calls == frame.epochs_mark:  # no explicit epoch loop in between
+                self.epochs_total = frame.length
+                self._epochs_base = frame.epochs_at_start
 
     def drop_gradients(self) -> None:
         """Every gradient of the run's optimizers and models to None (after out-of-memory)."""
@@ -592,9 +732,11 @@ class TrainSession:
             self._update_pending = False
 
     def next_batch(self, iterator: Iterator[Any], *default: Any) -> Any:
+        self._inner_loop_started(epochs=False)
         self.timer.before_fetch()
         batch = next(iterator, *default)
-        self.timer.after_fetch(batch_size(batch))
+        self.timer.after_fetch(leading_size(batch))
+        self._samples_counted = self._samples_guessed = True
         return batch
 
     # -- gradients -------------------------------------------------------------------------------
@@ -602,6 +744,7 @@ class TrainSession:
     def backward(self, loss: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(loss, torch.Tensor):  # torch.autograd.backward(...) and the like
             return loss.backward(*args, **kwargs)
+        self._signals += 1
         self._last_loss = loss  # read (and synchronised) only by the status writer, 1/s
         guard = self.nan_guard
         if guard.policy != "off" and not guard.watch(self.timer.totals.steps, loss):
@@ -727,6 +870,7 @@ class TrainSession:
         # Runs after every real optimizer step anywhere (hooks reach code the rewrite cannot
         # see): keep it to one dict update and a flag.
         self._opt_steps[id(optimizer)] += 1
+        self._signals += 1
         self._stepped = True
 
 
