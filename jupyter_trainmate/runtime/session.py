@@ -612,6 +612,7 @@ class TrainSession:
         self._samples_guessed |= not counter.exact
         fetched = trained = 0
         holding = False
+        signals = self._signals
         try:
             before()
             for batch in source:
@@ -644,8 +645,10 @@ class TrainSession:
             for late in self.spike_guard.check_pending():
                 self.event(late)
         finally:
-            if holding:  # left from inside the body (break, an exception)
+            if holding:  # left from inside the body (break, an exception): did the batch train?
                 self._in_batch -= 1
+                if self._signals != signals:
+                    trained += 1
             if trained:
                 self.epochs_seen += 1
                 self._in_epoch = False
