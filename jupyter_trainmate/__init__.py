@@ -66,11 +66,9 @@ them, `trainmate runs --markdown README.md` keeps a table of them in a Markdown 
 data-wait share about once a second from the display thread, and the logged metrics at their
 steps) to `runs/tensorboard/<time>-<run>/` (`--tensorboard auto|on|off`).
 
-Options: `--amp auto|bf16|fp16|off` (auto: bf16 on GPUs that have it, fp16 with a GradScaler on
-older ones, off on the CPU), `--device auto|cpu|cuda|cuda:N|mps` (auto: where the model's
-parameters are), `--accumulate N` (N micro-batches per optimizer step, loss scaled, zero_grad and
-schedulers aligned to real steps), `--clip MAX_NORM`, `--prefetch auto|off|cuda|thread`, and
-`--show`, which prints the code that would run and what was instrumented, without running it.
+Options (the full table is at the end of this page; `%%train --help` prints it too):
+`--amp`, `--device`, `--accumulate N`, `--clip MAX_NORM`, `--prefetch`, and `--show`, which
+prints the code that would run and what was instrumented, without running it.
 
 How it works: the cell is rewritten with libcst. The
 innermost loop that calls `.backward()` over something other than a `range` gets its iterable
@@ -159,7 +157,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._version import __version__
+from .runtime.options import options_markdown
 from .runtime.summary import RunSummary, last_run
+
+# The option table of `%%train`, from its one definition (`runtime/options.py`).
+__doc__ = f"{__doc__}\n## `%%train` options\n\n{options_markdown()}\n"
 
 T = TypeVar("T")
 

@@ -19,7 +19,7 @@ from .rewrite import SESSION, RewriteResult, RewrittenFunction, compile_rewritte
 from .runtime.checkpoint import checkpoints
 from .runtime.checkpoint import load as load_checkpoint
 from .runtime.guards import StopRun
-from .runtime.options import TrainOptions
+from .runtime.options import HelpShown, TrainOptions, parse_options
 from .runtime.records import (
     append_record,
     git_commit,
@@ -232,13 +232,14 @@ def train(fn: Callable[..., T], options: str = "", /, **kwargs: Any) -> T:
     train(fit, "--amp bf16 --checkpoint ckpt", model=model, optimizer=opt, loader=loader)
     ```
     """
-    from .magic import options_from_line
-
     name = fn.__name__
     if not name.isidentifier() or name in kwargs:
         raise TrainmateError(f"train(): cannot call {name!r} with arguments {sorted(kwargs)}")
     namespace: dict[str, Any] = {**kwargs, name: fn}
-    parsed = options_from_line(options, namespace)
+    try:
+        parsed = parse_options(options)
+    except HelpShown:
+        raise TrainmateError(f"train(): {options!r} asks for help; see %%train --help") from None
     fn.__trainmate_rewrite__ = True  # type: ignore[attr-defined]
     arguments = ", ".join(f"{k}={k}" for k in kwargs)
     run_cell(f"{_RESULT} = {name}({arguments})\n", "<jupyter_trainmate.train>", parsed, namespace)

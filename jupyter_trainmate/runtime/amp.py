@@ -16,9 +16,7 @@ from typing import Literal
 import torch
 
 from ..errors import TrainmateError
-
-AmpMode = Literal["auto", "bf16", "fp16", "off"]
-AMP_MODES: tuple[AmpMode, ...] = ("auto", "bf16", "fp16", "off")
+from .options import AMP_MODES
 
 
 @dataclass(frozen=True)

@@ -1,56 +1,130 @@
-"""The options of one `%%train` run, checked once, shared by the magic and the session."""
+"""
+The `%%train` options, defined once.
+
+`TrainOptions` is the table: each field is one option (`--tune-loader` for `tune_loader`), its
+type says what the option takes (a `Literal` is a choice, `bool` a flag, `tuple[str, ...]` a
+repeatable option, `X | None` an optional value) and its metadata holds the help text. From it come
+the parser of the magic and of `jupyter_trainmate.train()` (`parse_options`), the checks of the
+choices, `%%train --help` and `%%train?`, and the options table of the user guide
+(`options_markdown`). A new option is one field here.
+
+This module imports no torch, so the user guide can list the options at import time.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
-import torch
+import argparse
+import dataclasses
+import shlex
+import typing
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal, NoReturn
 
 from ..errors import TrainmateError
-from .amp import AMP_MODES
 
+AmpMode = Literal["auto", "bf16", "fp16", "off"]
 PrefetchMode = Literal["auto", "off", "cuda", "thread"]
-PREFETCH_MODES: tuple[PrefetchMode, ...] = ("auto", "off", "cuda", "thread")
-DISPLAY_MODES = ("auto", "widget", "text", "off")
+DisplayMode = Literal["auto", "widget", "text", "off"]
+NanPolicy = Literal["off", "stop", "skip", "rollback"]
+SpikePolicy = Literal["off", "warn", "skip", "rollback"]
+MonitorMode = Literal["min", "max"]
+Switch = Literal["auto", "on", "off"]
+
+AMP_MODES: tuple[AmpMode, ...] = typing.get_args(AmpMode)
+PREFETCH_MODES: tuple[PrefetchMode, ...] = typing.get_args(PrefetchMode)
+
+
+def _meta(help: str, *, metavar: str | None = None, const: Any = None) -> dict[str, Any]:
+    """A field's row of the table: its help line, and for `--opt [VALUE]` the bare value."""
+    return {"help": help, "metavar": metavar, "const": const}
 
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """`%%train [--amp] [--device] [--accumulate] [--clip] [--prefetch] [--display] [--show]`."""
+    """The options of one `%%train` run (`%%train --help` lists them with their help)."""
 
-    amp: str = "auto"
-    device: str = "auto"
-    accumulate: int = 1
-    clip: float | None = None
-    prefetch: str = "auto"
-    show: bool = False
-    display: str = "auto"
-    tune_loader: int = 0  # batches per candidate setting; 0: off
-    checkpoint: str | None = None  # folder; None: no checkpoints
-    every: int = 0  # steps between checkpoints; 0: at epoch ends (and on interrupt/error) only
-    keep: int = 3
-    resume: bool = False
-    set: tuple[str, ...] = ()  # "lr=3e-4": optimizer hyperparameters changed after --resume
-    on_nan: str = "off"  # off | stop | skip | rollback
-    on_spike: str = "off"  # off | warn | skip | rollback
-    spike_factor: float = 10.0
-    patience: int | None = None
-    monitor: str | None = None
-    mode: str = "min"
-    tensorboard: str = "auto"  # auto: event files when the tensorboard package is installed
+    amp: AmpMode = field(
+        default="auto",
+        metadata=_meta("mixed precision (auto: bf16 or fp16 on GPUs, off on the CPU)"),
+    )
+    device: str = field(
+        default="auto",
+        metadata=_meta("auto|cpu|cuda|cuda:N|mps (auto: where the model's parameters are)"),
+    )
+    accumulate: int = field(
+        default=1, metadata=_meta("micro-batches per optimizer step", metavar="N")
+    )
+    clip: float | None = field(
+        default=None, metadata=_meta("clip the gradient norm to MAX_NORM", metavar="MAX_NORM")
+    )
+    prefetch: PrefetchMode = field(
+        default="auto",
+        metadata=_meta("move batches ahead of the step (thread is opt-in: see the user guide)"),
+    )
+    tune_loader: int = field(
+        default=0,
+        metadata=_meta(
+            "try DataLoader settings for N batches each on the first epoch, keep the fastest (0: off)",
+            metavar="N",
+            const=8,
+        ),
+    )
+    checkpoint: str | None = field(
+        default=None,
+        metadata=_meta(
+            "save checkpoints in DIR (bare: checkpoints/ beside the notebook)",
+            metavar="DIR",
+            const="",
+        ),
+    )
+    every: int = field(
+        default=0, metadata=_meta("checkpoint every N steps (0: at epoch ends only)", metavar="N")
+    )
+    keep: int = field(default=3, metadata=_meta("checkpoints to keep", metavar="K"))
+    resume: bool = field(default=False, metadata=_meta("continue from the last checkpoint"))
+    set: tuple[str, ...] = field(
+        default=(),
+        metadata=_meta(
+            "with --resume: change an optimizer setting, e.g. --set lr=3e-4 (repeatable)",
+            metavar="NAME=VALUE",
+        ),
+    )
+    on_nan: NanPolicy = field(default="off", metadata=_meta("what to do on a non-finite loss"))
+    on_spike: SpikePolicy = field(
+        default="off", metadata=_meta("what to do on a gradient-norm spike")
+    )
+    spike_factor: float = field(
+        default=10.0, metadata=_meta("a spike: X times the running median norm", metavar="X")
+    )
+    patience: int | None = field(
+        default=None, metadata=_meta("early stopping: epochs without improvement", metavar="N")
+    )
+    monitor: str | None = field(
+        default=None,
+        metadata=_meta("the metric (from log()) early stopping watches", metavar="NAME"),
+    )
+    mode: MonitorMode = field(default="min", metadata=_meta("which way --monitor improves"))
+    display: DisplayMode = field(
+        default="auto", metadata=_meta("the live display (auto: a widget in a notebook)")
+    )
+    tensorboard: Switch = field(
+        default="auto",
+        metadata=_meta("event files under runs/tensorboard/ (auto: when tensorboard is installed)"),
+    )
+    show: bool = field(
+        default=False,
+        metadata=_meta("print the code that would run and what was instrumented; do not run"),
+    )
 
     def __post_init__(self) -> None:
-        if self.amp not in AMP_MODES:
-            raise TrainmateError(f"--amp {self.amp}: choose one of {', '.join(AMP_MODES)}")
-        if self.prefetch not in PREFETCH_MODES:
-            raise TrainmateError(
-                f"--prefetch {self.prefetch}: choose one of {', '.join(PREFETCH_MODES)}"
-            )
-        if self.display not in DISPLAY_MODES:
-            raise TrainmateError(
-                f"--display {self.display}: choose one of {', '.join(DISPLAY_MODES)}"
-            )
+        for spec in option_specs():
+            value = getattr(self, spec.name)
+            if spec.choices and value not in spec.choices:
+                raise TrainmateError(
+                    f"{spec.flag} {value}: choose one of {', '.join(spec.choices)}"
+                )
         if self.tune_loader < 0:
             raise TrainmateError(
                 f"--tune-loader {self.tune_loader}: batches per setting, 1 or more"
@@ -71,30 +145,165 @@ class TrainOptions:
                 raise TrainmateError(f"--set {item}: {value!r} is not a number") from None
         if self.set and not self.resume:
             raise TrainmateError("--set changes hyperparameters of a resumed run: add --resume")
-        if self.on_nan not in ("off", "stop", "skip", "rollback"):
-            raise TrainmateError(f"--on-nan {self.on_nan}: choose one of off, stop, skip, rollback")
-        if self.on_spike not in ("off", "warn", "skip", "rollback"):
-            raise TrainmateError(
-                f"--on-spike {self.on_spike}: choose one of off, warn, skip, rollback"
-            )
         if not self.spike_factor > 1:
             raise TrainmateError(f"--spike-factor {self.spike_factor}: must be more than 1")
         if (self.patience is None) != (self.monitor is None):
             raise TrainmateError("--patience and --monitor go together")
         if self.patience is not None and self.patience < 1:
             raise TrainmateError(f"--patience {self.patience}: must be 1 or more")
-        if self.tensorboard not in ("auto", "on", "off"):
-            raise TrainmateError(f"--tensorboard {self.tensorboard}: choose one of auto, on, off")
-        if self.mode not in ("min", "max"):
-            raise TrainmateError(f"--mode {self.mode}: min or max")
         if self.accumulate < 1:
             raise TrainmateError(f"--accumulate {self.accumulate}: must be 1 or more")
         if self.clip is not None and not self.clip > 0:
             raise TrainmateError(f"--clip {self.clip}: must be a positive max norm")
         if self.device != "auto":
+            import torch  # only here: the table itself is read at import time
+
             try:
                 torch.device(self.device)
             except RuntimeError:
                 raise TrainmateError(
                     f"--device {self.device}: not a device (auto, cpu, cuda, cuda:N, mps)"
                 ) from None
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One row of the table, as the parser and the docs read it."""
+
+    name: str  # the TrainOptions field
+    kind: Literal["choice", "flag", "repeat", "value"]
+    type: type  # of one value: str, int or float
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+    const: Any = None  # `--opt` given without a value
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def shows_no_default(self) -> bool:
+        """Off by default (no value, a flag not given, nothing repeated): no default to state."""
+        return self.default is None or self.default is False or self.default == ()
+
+    @property
+    def help_line(self) -> str:
+        return self.help if self.shows_no_default else f"{self.help} (default {self.default})"
+
+
+@cache
+def option_specs() -> tuple[OptionSpec, ...]:
+    """The rows of the table, in field order, from the field types and metadata."""
+    hints = typing.get_type_hints(TrainOptions)
+    specs = []
+    for f in dataclasses.fields(TrainOptions):
+        hint = hints[f.name]
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        meta = f.metadata
+        common = {"name": f.name, "default": f.default, "help": meta["help"]}
+        if typing.get_origin(hint) is Literal:
+            spec = OptionSpec(kind="choice", type=str, choices=typing.get_args(hint), **common)
+        elif hint is bool:
+            spec = OptionSpec(kind="flag", type=bool, **common)
+        elif typing.get_origin(hint) is tuple:
+            spec = OptionSpec(kind="repeat", type=args[0], metavar=meta["metavar"], **common)
+        else:
+            value_type = args[0] if args else hint
+            spec = OptionSpec(
+                kind="value",
+                type=value_type,
+                metavar=meta["metavar"],
+                const=meta["const"],
+                **common,
+            )
+        specs.append(spec)
+    return tuple(specs)
+
+
+class HelpShown(Exception):
+    """`--help` was given: the help has been printed, nothing is to run."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting: the magic turns errors into `UsageError`."""
+
+    def error(self, message: str) -> NoReturn:
+        raise TrainmateError(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            raise TrainmateError(message.strip())
+        raise HelpShown
+
+
+@cache
+def build_parser(prog: str = "%%train") -> argparse.ArgumentParser:
+    """The option parser, derived from the table."""
+    parser = _Parser(
+        prog=prog,
+        description="Run an ordinary PyTorch training loop instrumented.",
+        allow_abbrev=False,
+    )
+    for spec in option_specs():
+        if spec.kind == "flag":
+            parser.add_argument(spec.flag, action="store_true", help=spec.help)
+        elif spec.kind == "choice":
+            parser.add_argument(
+                spec.flag,
+                default=spec.default,
+                metavar="|".join(spec.choices),
+                help=spec.help_line,
+            )
+        elif spec.kind == "repeat":
+            parser.add_argument(
+                spec.flag, action="append", default=[], metavar=spec.metavar, help=spec.help
+            )
+        else:
+            extra: dict[str, Any] = {"nargs": "?", "const": spec.const}
+            parser.add_argument(
+                spec.flag,
+                type=spec.type,
+                default=spec.default,
+                metavar=spec.metavar,
+                help=spec.help_line,
+                **(extra if spec.const is not None else {}),
+            )
+    return parser
+
+
+def parse_options(line: str, checkpoint_base: Path | None = None) -> TrainOptions:
+    """`%%train`'s option line as `TrainOptions`: a bad line is a one-line `TrainmateError`.
+
+    A bare `--checkpoint` means `checkpoints/` in `checkpoint_base` (the notebook's folder; the
+    working directory when None). `--help` prints the help and raises `HelpShown`.
+    """
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:
+        raise TrainmateError(f"{line}: {exc}") from None
+    args = build_parser().parse_args(words)
+    values = {spec.name: getattr(args, spec.name) for spec in option_specs()}
+    values["set"] = tuple(values["set"])
+    if values["checkpoint"] == "":
+        values["checkpoint"] = str((checkpoint_base or Path.cwd()) / "checkpoints")
+    return TrainOptions(**values)
+
+
+def options_markdown() -> str:
+    """The options as a Markdown table, for the user guide."""
+    rows = ["| option | default | what it does |", "|---|---|---|"]
+    for spec in option_specs():
+        if spec.kind == "flag":
+            flag = spec.flag
+        elif spec.kind == "choice":
+            flag = spec.flag + " " + "\\|".join(spec.choices)  # a pipe would end the cell
+        elif spec.const is not None:
+            flag = f"{spec.flag} [{spec.metavar}]"
+        else:
+            flag = f"{spec.flag} {spec.metavar or spec.name.upper()}"
+        default = "" if spec.shows_no_default else f"`{spec.default}`"
+        text = spec.help.replace("|", "\\|")
+        rows.append(f"| `{flag}` | {default} | {text} |")
+    return "\n".join(rows)
