@@ -11,7 +11,9 @@ at the user's own line.
 
 from __future__ import annotations
 
+import inspect
 import sys
+import types
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -158,6 +160,49 @@ def _trainers(
     return frozenset(trainers)
 
 
+def _calls_backward(value: object) -> bool:
+    """Whether `value` is a notebook function (closures too) whose source calls backward()."""
+    if not isinstance(value, types.FunctionType) or value.__module__ != "__main__":
+        return False
+    try:
+        return ".backward(" in inspect.getsource(value)
+    except (OSError, TypeError):
+        return False
+
+
+def _unreached(module: cst.Module, namespace: Mapping[str, object]) -> Note:
+    """Why no backward() was reached from the cell, as far as the rewrite can tell."""
+    reasons = []
+    if m.findall(module, m.Attribute(attr=m.Name("run_line_magic") | m.Name("run_cell_magic"))):
+        reasons.append("a %magic runs its code from a string")
+    names, _ = called_names(module)
+    for name in sorted(names):
+        fn = namespace.get(name)
+        if isinstance(fn, types.FunctionType) and fn.__closure__ and _calls_backward(fn):
+            reasons.append(f"{name} is a closure (not rewritten)")
+    passed = {
+        arg.value.value
+        for call in m.findall(module, m.Call())
+        if isinstance(call, cst.Call)
+        for arg in call.args
+        if isinstance(arg.value, cst.Name)
+    }
+    reasons += [
+        f"{name} is passed as an argument (the code that calls it is not rewritten)"
+        for name in sorted(passed)
+        if _calls_backward(namespace.get(name))
+    ]
+    found = "; ".join(reasons) or (
+        f"none in the cell or the notebook functions it calls ({MAX_FUNCTION_DEPTH} deep)"
+    )
+    return Note(
+        "left alone",
+        "cell",
+        "no backward() reached",
+        f"{found}; optimizer hooks still count the steps",
+    )
+
+
 class _RecordingNamespace(Mapping[str, object]):
     """A read-only view of the namespace that remembers what the rewrite looked up in it."""
 
@@ -248,6 +293,8 @@ def _rewrite_cell(source: str, namespace: _RecordingNamespace | None) -> Rewrite
                     "methods are not rewritten; optimizer hooks still count its steps",
                 )
             )
+    if namespace is not None and not trainers and not facts.backward_calls and not result.notes:
+        result.notes.append(_unreached(module, namespace))
     for name, (fn, _, _) in functions.items():
         fn_context = RewriteContext(origin=f"function {name}", line_offset=fn.first_line - 1)
         new_source, fn_facts = rewrite_source(fn.source, fn_context, trainers, model_lists)
