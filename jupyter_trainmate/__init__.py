@@ -70,18 +70,23 @@ Options (the full table is at the end of this page; `%%train --help` prints it t
 `--amp`, `--device`, `--accumulate N`, `--clip MAX_NORM`, `--prefetch`, and `--show`, which
 prints the code that would run and what was instrumented, without running it.
 
-How it works: the cell is rewritten with libcst. The
-innermost loop that calls `.backward()` over something other than a `range` gets its iterable
-wrapped (`enumerate` and `tqdm` stay outside); `backward()`, `step()`, `zero_grad()` and
-`clip_grad_norm_()` go through the run's session, which passes through anything that is not an
-optimizer, scheduler or module (`env.step(a)` stays `env.step(a)`). Notebook functions the cell
-calls (`train_epoch()` defined cells earlier) are rewritten for the cell's duration; methods of
-notebook classes are not, but a global optimizer hook still counts their steps, and autocast is
-on for the whole cell, so it reaches code the rewrite cannot see. Everything is undone when the
-cell ends, however it ends. The body of each batch loop is wrapped in a retry point for
-out-of-memory errors (the only lines the rewrite adds, marked `# %%train oom-retry` in `--show`);
-positions are mapped back when the code is compiled, so a traceback shows the user's own line
-and column.
+How it works: the cell is rewritten with libcst. The innermost loop that calls `.backward()` over
+something other than a `range` gets its iterable wrapped (`enumerate` and `tqdm` stay outside); a
+training loop over a `range` (or over a list of models) outside any batch loop is watched too, and
+the session learns as it runs whether its passes are steps (a loop that draws its own data) or
+epochs (a batch loop runs inside it, also in a function it calls). A step is a batch during which a
+`backward()` or an optimizer step happened, so validation batches, even through the same
+`run_epoch()`, are neither steps nor epochs; samples come from the DataLoader's batch size and
+sampler, else from the first dimension of each batch, and the summary then says the count is a
+guess. `backward()`, `step()`, `zero_grad()` and `clip_grad_norm_()` go through the run's session,
+which passes through anything that is not an optimizer, scheduler or module (`env.step(a)` stays
+`env.step(a)`). Notebook functions the cell calls (`train_epoch()` defined cells earlier) are
+rewritten for the cell's duration; methods of notebook classes are not, but a global optimizer hook
+still counts their steps, and autocast is on for the whole cell, so it reaches code the rewrite
+cannot see. Everything is undone when the cell ends, however it ends. The body of each batch loop
+is wrapped in a retry point for out-of-memory errors (the only lines the rewrite adds, marked
+`# %%train oom-retry` in `--show`); positions are mapped back when the code is compiled, so a
+traceback shows the user's own line and column.
 
 Guarantees: on the CPU with the defaults, the same seed gives bit-identical weights with and
 without `%%train` (shuffling and dropout included). `--prefetch thread` overlaps data loading with

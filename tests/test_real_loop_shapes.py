@@ -84,6 +84,27 @@ end = {PROGRESS}
     assert "samples not counted" in summary.line()
 
 
+def test_while_loop_with_hand_made_batches_moves_the_progress() -> None:
+    """No iterator to time and nothing to wrap: the live progress counts backward() calls, as
+    the summary does, instead of standing at step 0."""
+    cell = f"""
+step = 0
+while step < 16:
+    idx = torch.randint(0, len(x), (32,))
+    opt.zero_grad()
+    loss_fn(model(x[idx]), y[idx]).backward()
+    opt.step()
+    step += 1
+    if step == 8:
+        middle = {PROGRESS}
+"""
+    summary, ip = assert_parity([COMMON, cell])
+    assert (summary.steps, summary.optimizer_steps) == (16, 16)
+    middle = ip.user_ns["middle"]
+    assert middle.steps == 8
+    assert middle.steps_per_s > 0
+
+
 def test_range_loop_with_manual_next_counts_each_batch_once() -> None:
     cell = f"""
 it = iter(loader)
