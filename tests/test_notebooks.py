@@ -22,18 +22,65 @@ def outputs_text(nb: nbformat.NotebookNode) -> str:
     return "\n".join(parts)
 
 
-@pytest.fixture(scope="module")
-def quickstart(tmp_path_factory: pytest.TempPathFactory) -> nbformat.NotebookNode:
-    nb = nbformat.read(NOTEBOOKS / "quickstart.ipynb", as_version=4)
-    path = tmp_path_factory.mktemp("quickstart")
+def execute(name: str, folder: Path) -> nbformat.NotebookNode:
+    """Run a bundled notebook top to bottom in a fresh kernel working in `folder`."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     NotebookClient(
         nb,
         timeout=300,
         kernel_name="python3",
         store_widget_state=True,
-        resources={"metadata": {"path": str(path)}},
+        resources={"metadata": {"path": str(folder)}},
     ).execute()
     return nb
+
+
+def final_displays(nb: nbformat.NotebookNode) -> list[str]:
+    """What each `%%train` cell left as its last display (the run's final state): the summary
+    line, then the static picture of the widget (HTML), where the advice and events are."""
+    found = []
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.source.startswith("%%train"):
+            displays = [o for o in cell.outputs if o.output_type == "display_data"]
+            data = displays[-1]["data"] if displays else {}
+            found.append(f"{data.get('text/plain', '')}\n{data.get('text/html', '')}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory: pytest.TempPathFactory) -> nbformat.NotebookNode:
+    return execute("quickstart.ipynb", tmp_path_factory.mktemp("quickstart"))
+
+
+@pytest.mark.slow
+def test_input_bound_notebook_names_the_cause_and_tune_loader_reports(
+    tmp_path: Path,
+) -> None:
+    nb = execute("input_bound.ipynb", tmp_path)
+    plain, tuned = final_displays(nb)
+    assert "num_workers=0: raise it" in plain  # the advice from the measured data wait
+    text = outputs_text(nb)
+    (report,) = [line for line in text.splitlines() if line.startswith("--tune-loader:")]
+    assert report.count("ms/batch") == 3  # num_workers 0, 1 and 2 on this 2-CPU machine
+    assert report.count("<- used") == 1
+    assert "2,048 samples" in tuned  # the tuned run trained on every sample, none twice
+
+
+@pytest.mark.slow
+def test_resilience_notebook_interrupts_resumes_skips_a_nan_and_stops_early(
+    tmp_path: Path,
+) -> None:
+    nb = execute("resilience.ipynb", tmp_path)
+    interrupted, resumed, _, early = final_displays(nb)
+    assert interrupted.startswith("trainmate: interrupted after 2 epoch(s), 30 steps")
+    assert "continue with %%train --resume" in interrupted
+    # 4 epochs of 24 batches: the 30 done before the interruption are not repeated
+    assert resumed.startswith("trainmate: finished after 3 epoch(s), 66 steps")
+    text = outputs_text(nb)
+    assert "non-finite loss at step 6: batch skipped (--on-nan skip)" in text
+    assert "weights finite" in text
+    assert early.startswith("trainmate: stopped early after 3 epoch(s)")
+    assert list((tmp_path / "ckpt").glob("*.pt"))
 
 
 @pytest.mark.slow

@@ -88,7 +88,7 @@ class LoaderTuner:
         self.candidates = candidates(loader, cpus, cuda)
         self.batches_each = max(2, batches_each)
         self.report = report
-        self.results: dict[Candidate, float] = {}  # seconds per batch, steady state
+        self.results: dict[Candidate, float] = {}  # seconds between batches, steady state
         self.best: Candidate | None = None
         self._best_loader: DataLoader[Any] | None = None
 
@@ -104,19 +104,17 @@ class LoaderTuner:
             if len(order) - position < self.batches_each + 1:
                 break
             part = order[position : position + self.batches_each]
-            waits: list[float] = []
+            arrivals: list[float] = []
             it = iter(loader_like(self.loader, part, candidate, False, private))
             while True:
-                started = time.perf_counter()
                 try:
                     batch = next(it)
                 except StopIteration:
                     break
-                waits.append(time.perf_counter() - started)
+                arrivals.append(time.perf_counter())
                 yield batch
             position += len(part)
-            # The first batch also pays for starting the workers: steady state is the rest.
-            self.results[candidate] = sum(waits[1:]) / max(1, len(waits) - 1)
+            self.results[candidate] = _steady_interval(arrivals, candidate.num_workers)
         self._choose()
         rest = order[position:]
         if rest:
@@ -145,3 +143,18 @@ class LoaderTuner:
                 self.loader, self.loader.batch_sampler, best, True, self.loader.generator
             )
         return self._best_loader
+
+
+def _steady_interval(arrivals: list[float], workers: int) -> float:
+    """Seconds between batch arrivals once the loader runs steadily (the step's compute included,
+    the same for every candidate).
+
+    The first batch pays for starting the workers, and while it is made the other workers make
+    theirs, so the first `workers` batches arrive at once: timing only the waits of so few batches
+    made worker loaders look hundreds of times faster than they are. The steady interval starts
+    after them.
+    """
+    skip = max(1, workers)
+    if len(arrivals) > skip + 1:
+        return (arrivals[-1] - arrivals[skip]) / (len(arrivals) - 1 - skip)
+    return (arrivals[-1] - arrivals[0]) / max(1, len(arrivals) - 1)
