@@ -167,8 +167,11 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def run(setup: list[str], train: str, line: str | None) -> tuple[InteractiveShell, int]:
-    """Run the program in a fresh shell; the training cell plainly or under `%%train LINE`."""
+def run(
+    setup: list[str], train: str, line: str | None, repeat: int = 1, then_plain: bool = False
+) -> tuple[InteractiveShell, int]:
+    """Run the program in a fresh shell; the training cell (`repeat` times, as a user runs a cell
+    again) plainly or under `%%train LINE`, then once more plainly if `then_plain`."""
     ip = fresh_shell()
     for source in setup:
         ip.run_cell(source).raise_error()
@@ -181,13 +184,19 @@ def run(setup: list[str], train: str, line: str | None) -> tuple[InteractiveShel
     handle = register_optimizer_step_post_hook(count)
     try:
         cell = train if line is None else f"%%train {line}\n{train}"
-        ip.run_cell(cell).raise_error()
+        for _ in range(repeat):
+            steps = 0  # the last run's, as the summary reports it
+            ip.run_cell(cell).raise_error()
     finally:
         handle.remove()
+    if then_plain:
+        ip.run_cell(train).raise_error()
     return ip, steps
 
 
-def measure(entry: Entry, folder: Path, line: str) -> Outcome:
+def measure(
+    entry: Entry, folder: Path, line: str, repeat: int = 1, then_plain: bool = False
+) -> Outcome:
     setup, train = program(entry, folder)
     started = time.perf_counter()
     progress: dict[str, Any] = {}
@@ -208,11 +217,11 @@ def measure(entry: Entry, folder: Path, line: str) -> Outcome:
     quiet = io.StringIO()
     try:
         with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-            plain_ip, plain_steps = run(setup, train, None)
+            plain_ip, plain_steps = run(setup, train, None, repeat, then_plain)
             plain = state(plain_ip)
             session_module.TrainSession.close = close  # type: ignore[method-assign]
             try:
-                trained_ip, _ = run(setup, train, line)
+                trained_ip, _ = run(setup, train, line, repeat, then_plain)
             finally:
                 session_module.TrainSession.close = original_close  # type: ignore[method-assign]
             trained = state(trained_ip)
@@ -286,6 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", action="append", default=[])
     parser.add_argument("--line", default="", help="options for %%train (default: none)")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run the training cell this many times in a row"
+    )
+    parser.add_argument(
+        "--then-plain", action="store_true", help="then run the training cell once more, plainly"
+    )
     args = parser.parse_args(argv)
     entries = [e for e in load(args.manifest) if not args.only or e.name in args.only]
     failures = 0
@@ -297,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             failures += 1
             continue
-        outcome = measure(entry, args.folder, args.line)
+        outcome = measure(entry, args.folder, args.line, args.repeat, args.then_plain)
         print(report(entry, outcome), flush=True)
         counts_right = all(
             outcome.summary.get(k) == v or (k == "samples" and outcome.samples_source == "none")
