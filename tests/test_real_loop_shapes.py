@@ -369,3 +369,33 @@ fit(model, loader, 2)
 """
     summary, _ = assert_parity([COMMON, cell])
     assert (summary.steps, summary.epochs, summary.samples) == (16, 2, 512)
+
+
+LBFGS_CLOSURE = """
+    def closure():
+        lbfgs.zero_grad()
+        loss = loss_fn(model({inputs}), {targets})
+        loss.backward()
+        return loss
+    lbfgs.step(closure)
+"""
+
+
+def test_a_batch_loop_stepping_lbfgs_with_a_closure_is_the_batch_loop() -> None:
+    """The backward() is in a closure the body defines: the loop still trains, and each batch is
+    one step however often LBFGS runs the closure."""
+    cell = "lbfgs = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4)\n"
+    cell += "for xb, yb in loader:" + LBFGS_CLOSURE.format(inputs="xb", targets="yb")
+    summary, _ = assert_parity([COMMON, cell])
+    assert any("batch loop over loader" in note for note in summary.instrumented)
+    assert (summary.steps, summary.optimizer_steps, summary.epochs) == (8, 8, 1)
+    assert summary.samples == 256
+
+
+def test_a_while_loop_around_lbfgs_counts_optimizer_steps_not_closure_runs() -> None:
+    """The style-transfer shape: `while run[0] <= n: ... optimizer.step(closure)`."""
+    cell = "lbfgs = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=5)\nrounds = 0\n"
+    cell += "while rounds < 3:" + LBFGS_CLOSURE.format(inputs="x", targets="y")
+    cell += "    rounds += 1\n"
+    summary, _ = assert_parity([COMMON, cell])
+    assert (summary.steps, summary.optimizer_steps) == (3, 3)

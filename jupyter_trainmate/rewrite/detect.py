@@ -3,7 +3,8 @@ A read-only pass over the code: which loops train, and what the code already doe
 
 Its answers steer the transformers: a loop is a training loop when `.backward()` is called in its
 body (not counting nested function definitions), directly or through a notebook function that
-trains; the code brings its own mixed precision when it
+trains, or when its body steps an optimizer with a closure defined in the code that calls
+`.backward()` (`lbfgs.step(closure)`); the code brings its own mixed precision when it
 names `autocast` or `GradScaler`; it accumulates by hand when an `if` on a `%` test guards an
 optimizer `step()`.
 """
@@ -48,9 +49,12 @@ class _FactsVisitor(cst.CSTVisitor):
         self._step_loops: set[cst.CSTNode] = set()  # innermost loops around a backward()
         self._loops: list[cst.CSTNode] = []
         self._saved: list[list[cst.CSTNode]] = []
+        self._closures: set[str] = set()  # functions defined here that call backward()
 
     # A nested def or lambda starts a fresh loop stack: its body runs when called, not in the loop.
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if m.findall(node.body, BACKWARD):
+            self._closures.add(node.name.value)
         self._saved.append(self._loops)
         self._loops = []
 
@@ -102,8 +106,15 @@ class _FactsVisitor(cst.CSTVisitor):
         if self._loops and m.matches(node, m.Call(func=m.Attribute(attr=m.Name("item")))):
             pos = self.get_metadata(cst.metadata.PositionProvider, node)
             self._items.append((pos.start.line, self._loops[-1]))
-        trains = m.matches(node, BACKWARD) or (
-            isinstance(node.func, cst.Name) and node.func.value in self._trainers
+        trains = (
+            m.matches(node, BACKWARD)
+            or (isinstance(node.func, cst.Name) and node.func.value in self._trainers)
+            or (
+                m.matches(node, STEP)
+                and bool(node.args)
+                and isinstance(node.args[0].value, cst.Name)
+                and node.args[0].value.value in self._closures
+            )
         )
         if m.matches(node, BACKWARD):
             self.facts.backward_calls += 1

@@ -828,7 +828,10 @@ class TrainSession:
                 "--accumulate works with one optimizer; this loop steps several (accumulate by hand)"
             )
         if args or kwargs:  # a closure (LBFGS): it runs forward and backward itself
-            return optimizer.step(*args, **kwargs)
+            backwards = self._backwards
+            result = optimizer.step(*args, **kwargs)
+            self._backwards = backwards + 1  # one step, however often it ran the closure
+            return result
         if (self.accumulate > 1 or self.oom_guard.count > 1) and not self._at_boundary:
             return None
         if self._drop_step:
