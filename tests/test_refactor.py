@@ -291,10 +291,10 @@ def test_force_replaces_what_it_wrote_and_the_notebook_is_never_modified(tmp_pat
     refused = trainmate("refactor", notebook, "-o", out)
     assert refused.returncode == 2
     assert (out / "stale.txt").exists()  # nothing touched without --force
-    (out / "old_v3" / "utils.py").unlink()  # a file the user deleted is simply written again
+    (out / "nb" / "utils.py").unlink()  # a file the user deleted is simply written again
     assert trainmate("refactor", notebook, "-o", out, "--force").returncode == 0
     assert (out / "stale.txt").exists()  # not the refactor's: --force never removes it (issue 12)
-    assert "SCALE" in (out / "old_v3" / "utils.py").read_text()
+    assert "SCALE" in (out / "nb" / "utils.py").read_text()
     assert hashlib.sha256(notebook.read_bytes()).hexdigest() == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
 
