@@ -27,7 +27,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _refactor(args: argparse.Namespace) -> int:
-    from refactor.pipeline import refactor
+    from jupyter_trainmate.refactor.pipeline import refactor
 
     out, text = refactor(
         args.notebook,

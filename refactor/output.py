@@ -5,7 +5,7 @@ Everything is written into a temporary folder beside the output, formatted there
 then `ruff check --fix` for what it can repair safely, such as an import no longer used), and
 renamed into place in one step: an interrupted run leaves nothing half-written. Into an existing
 folder (only with `--force`) each file is moved over the one an earlier refactor wrote, and only
-those: the rules are in `refactor.manifest`.
+those: the rules are in `jupyter_trainmate.refactor.manifest`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def write_package(
 
     `finish(folder, findings)` runs on the formatted files before they move into place (the
     report, the HTML docs). A new folder is staged beside `out` and renamed into place; into an
-    existing one (`--force`, see `refactor.manifest`) the files are staged inside it and each
+    existing one (`--force`, see `jupyter_trainmate.refactor.manifest`) the files are staged inside it and each
     moved over its old version in one step, then the files of the earlier run that the new one
     does not write are removed: nothing else in the folder is touched.
     """
