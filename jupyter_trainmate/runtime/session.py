@@ -115,6 +115,7 @@ class TrainSession:
         saw_backward: bool = True,
         instrumented: tuple[str, ...] = (),
         left_alone: tuple[str, ...] = (),
+        reads_gradients: str | None = None,
     ) -> None:
         self.options = options
         self._namespace = namespace
@@ -135,7 +136,7 @@ class TrainSession:
                 "off", self.device.type, "the cell brings its own autocast/GradScaler"
             )
         else:
-            self.amp = resolve_amp(options.amp, self.device)
+            self.amp = resolve_amp(options.amp, self.device, reads_gradients)
         # A scaler only where the rewrite routes backward(): scaling gradients it never saw would
         # make the unscale in step() divide unscaled gradients.
         self.scaler = self.amp.grad_scaler() if saw_backward else None
