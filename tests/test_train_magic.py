@@ -431,3 +431,38 @@ def test_tune_loader_keeps_the_data_and_its_order_and_reports_each_setting() -> 
     assert report.count("ms/batch") >= 2  # the current setting and at least one other
     assert "<- used" in report
     assert summary.steps == 2 * 12
+
+
+CLIPPED = """
+norms = []
+for xb, yb in loader:
+    opt.zero_grad()
+    loss_fn(model(xb), yb).backward()
+    norms.append(float(torch.nn.utils.clip_grad_norm(model.parameters(), 1.0)))
+    opt.step()
+"""
+
+
+@pytest.mark.filterwarnings("ignore:`torch.nn.utils.clip_grad_norm` is now deprecated")
+def test_fp16_old_clip_name_returns_the_unscaled_norm_from_the_first_step() -> None:
+    plain = run([COMMON, CLIPPED], None).user_ns["norms"]
+    ip = run([COMMON, CLIPPED], "--amp fp16")  # a CPU GradScaler: the same path as on a GPU
+    summary = last_run()
+    assert summary is not None
+    assert summary.amp == "fp16"
+    # GradScaler-scaled gradients would give norms ~65,536 times larger (and clip them wrongly)
+    assert ip.user_ns["norms"] == pytest.approx(plain, rel=2e-2)
+
+
+def test_fp16_is_refused_where_the_cell_reads_gradients_it_cannot_unscale() -> None:
+    cell = """
+for xb, yb in loader:
+    opt.zero_grad()
+    loss_fn(model(xb), yb).backward()
+    for p in model.parameters():
+        p.grad.data.clamp_(-0.01, 0.01)
+    opt.step()
+"""
+    with pytest.raises(UsageError, match=r"--amp fp16: p\.grad\.data \(line 5\) reads gradients"):
+        run([COMMON, cell], "--amp fp16")
+    run([COMMON, cell], "--amp bf16")  # no scaler: fine
