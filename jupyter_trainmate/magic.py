@@ -129,6 +129,7 @@ class TrainmateMagics(Magics):
     def train(self, line: str, cell: str) -> None:
         """Run an ordinary PyTorch training loop with mixed precision, prefetching and step timing."""
         __tracebackhide__ = True
+        from .cell import register_cell, traceback_from_cell
         from .rewrite import rewrite_cell
         from .runner import run_cell, show
 
@@ -141,7 +142,7 @@ class TrainmateMagics(Magics):
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None
         source = ip.transform_cell(cell)
-        filename = ip.compile.cache(cell, ip.execution_count)
+        filename = register_cell(ip, cell, source)
         try:
             compile(source, filename, "exec")
         except SyntaxError as exc:
@@ -154,6 +155,9 @@ class TrainmateMagics(Magics):
             run_cell(source, filename, options, ip.user_ns, result)
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None
+        except BaseException as exc:
+            traceback_from_cell(exc, filename, ip)
+            raise
 
 
 def options_from_line(line: str, namespace: dict[str, object]) -> TrainOptions:

@@ -466,3 +466,27 @@ for xb, yb in loader:
     with pytest.raises(UsageError, match=r"--amp fp16: p\.grad\.data \(line 5\) reads gradients"):
         run([COMMON, cell], "--amp fp16")
     run([COMMON, cell], "--amp bf16")  # no scaler: fine
+
+
+def test_traceback_names_the_cell_as_ipython_does_and_starts_at_the_users_code(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ip = fresh_shell()
+    ip.run_line_magic("colors", "nocolor")
+    ip.run_cell(COMMON, store_history=True).raise_error()  # In[1]
+    ip.run_cell(  # In[2]
+        "def fit():\n    for xb, yb in loader:\n        loss_fn(model(xb), yb).backward()\n"
+        "        1 / 0\n",
+        store_history=True,
+    ).raise_error()
+    capsys.readouterr()
+    result = ip.run_cell("%%train\nx = 1\nfit()\n", store_history=True)  # In[3]
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    text = capsys.readouterr().out
+    assert "Cell In[3], line 2" in text
+    assert "----> 2 fit()" in text
+    assert "Cell In[2], line 4, in fit()" in text
+    assert "Cell In[4]" not in text
+    assert "run_cell_magic" not in text  # no frame showing the whole cell as a string
+    assert "skipping hidden" not in text
+    assert "ZeroDivisionError: division by zero" in text
