@@ -11,6 +11,7 @@ the next cell.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
@@ -60,7 +61,6 @@ def traceback_from_cell(exc: BaseException, filename: str, ip: InteractiveShell)
         formatter: Any = ip.InteractiveTB
         return list(formatter.structured_traceback(type(exc), exc, tb, tb_offset=0))
 
-    try:
+    # An exception class with __slots__ takes no attribute: IPython's own traceback then.
+    with contextlib.suppress(AttributeError):
         exc._render_traceback_ = render  # type: ignore[attr-defined]
-    except AttributeError:  # an exception class with __slots__: IPython's own traceback
-        pass
