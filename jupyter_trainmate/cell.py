@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from types import FrameType
 from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
@@ -25,12 +26,12 @@ def running_cell_number(ip: InteractiveShell) -> int:
     name, and IPython's compiler maps that name to the number.
     """
     known: dict[str, int] = getattr(ip.compile, "_filename_map", {})
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         number = known.get(frame.f_code.co_filename)
         if number is not None:
             return number
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return int(ip.execution_count)
 
 
