@@ -442,3 +442,57 @@ for epoch in range(3):
 """
     _, ip = assert_parity([COMMON, cell])
     assert ip.user_ns["seen"] == 3 * 3  # batches 0, 2, 3 of each epoch; never the else
+
+
+FIT = """
+def fit(epochs):
+    for _ in range(epochs):
+        for xb, yb in loader:
+            opt.zero_grad()
+            loss_fn(model(xb), yb).backward()
+            opt.step()
+
+def execute_example(fn):
+    return fn(2)
+"""
+
+
+@pytest.mark.parametrize(
+    "loop",
+    ["%time fit(2)", "execute_example(fit)", "%%time\nfor _ in range(2):\n    fit(1)\n"],
+)
+def test_loops_reached_through_time_magics_and_function_arguments(loop: str) -> None:
+    summary, _ = assert_parity([COMMON, FIT, loop])
+    assert summary.steps == 16
+    assert summary.optimizer_steps == 16
+    assert "function fit line 3: batch loop over loader" in instrumented(summary)
+
+
+def test_show_says_what_it_cannot_reach_and_why(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(FIT).raise_error()
+    ip.run_cell(
+        "%%writefile trainlib.py\ndef fit_module(model, opt, loader, loss_fn):\n"
+        "    for xb, yb in loader:\n        loss_fn(model(xb), yb).backward()\n"
+        "        opt.step()\n"
+    ).raise_error()
+    ip.run_cell("import sys; sys.path.insert(0, '.'); import trainlib").raise_error()
+    try:
+        capsys.readouterr()
+        ip.run_cell(
+            "%%train --show\n%timeit -n1 -r1 fit(1)\n"
+            "trainlib.fit_module(model, opt, loader, loss_fn)\n"
+        ).raise_error()
+    finally:
+        ip.run_cell("sys.path.remove('.'); del sys.modules['trainlib']").raise_error()
+    out = capsys.readouterr().out
+    assert "nothing: the cell runs unchanged" not in out
+    assert (
+        "# left alone   cell line 1: %timeit -n1 -r1 fit(1) (the line magic runs this code "
+        "itself; %%train cannot rewrite it" in out
+    )
+    assert "trainlib.fit_module() from " in out
+    assert "trainlib.py (code in imported modules is not rewritten" in out
