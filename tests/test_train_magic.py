@@ -490,3 +490,29 @@ def test_traceback_names_the_cell_as_ipython_does_and_starts_at_the_users_code(
     assert "run_cell_magic" not in text  # no frame showing the whole cell as a string
     assert "skipping hidden" not in text
     assert "ZeroDivisionError: division by zero" in text
+
+
+def _fit_outside_a_notebook(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, loader: list
+) -> int:  # type: ignore[type-arg]
+    for xb in loader:
+        opt.zero_grad()
+        model(xb).sum().backward()
+        opt.step()
+    return len(loader)
+
+
+def test_train_rewrites_a_module_function_without_marking_it() -> None:
+    from jupyter_trainmate import train
+
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = [torch.randn(4, 3) for _ in range(5)]
+    before = dict(vars(_fit_outside_a_notebook))
+    assert train(_fit_outside_a_notebook, "--display off", model=model, opt=opt, loader=loader) == 5
+    summary = last_run()
+    assert summary is not None
+    assert summary.steps == 5
+    assert "batch loop over loader" in "\n".join(summary.instrumented)
+    assert dict(vars(_fit_outside_a_notebook)) == before  # nothing written on the user's function
+    assert "__trainmate__" not in globals()
