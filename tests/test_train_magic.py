@@ -493,8 +493,8 @@ def test_traceback_names_the_cell_as_ipython_does_and_starts_at_the_users_code(
 
 
 def _fit_outside_a_notebook(
-    model: torch.nn.Module, opt: torch.optim.Optimizer, loader: list
-) -> int:  # type: ignore[type-arg]
+    model: torch.nn.Module, opt: torch.optim.Optimizer, loader: list[torch.Tensor]
+) -> int:
     for xb in loader:
         opt.zero_grad()
         model(xb).sum().backward()
