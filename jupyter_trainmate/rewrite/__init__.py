@@ -1,8 +1,11 @@
 """
 The `%%train` rewrite (libcst): find the training idioms in a cell, route them through the session.
 
-`rewrite_cell()` never raises on code it does not understand: it returns the new code and a list
-of notes, what was instrumented and what was left alone and why. Code that does not parse is the
+`rewrite_cell()` never raises on code it does not understand: it returns the new code and the
+notes, what was instrumented and what was left alone and why, as an immutable `RewriteResult`
+(cached: a cell run again unchanged gets the same one). The notebook functions and methods the
+cell reaches (`functions`) are rewritten with it and put in place for the run by `install`;
+`%time`/`%%time` lines are rewritten inside (`magics`). Code that does not parse is the
 caller's to report (the magic compiles the cell first so a syntax error reads like IPython's own).
 Every transform is inline except the out-of-memory retry point around batch loop bodies (lines
 marked `MARK`); `compile_rewritten` maps every position back to the cell's, so a traceback points

@@ -5,7 +5,8 @@ Its answers steer the transformers: a loop is a training loop when `.backward()`
 body (not counting nested function definitions), directly or through a notebook function that
 trains; the code brings its own mixed precision when it
 names `autocast` or `GradScaler`; it accumulates by hand when an `if` on a `%` test guards an
-optimizer `step()`.
+optimizer `step()`; it reads gradients the session cannot unscale first (`p.grad`, clipping under
+a name it does not know), which rules out fp16 with a GradScaler.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ when it trains.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import linecache
 import sys
@@ -19,6 +20,7 @@ import sysconfig
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import libcst as cst
 import libcst.matchers as m
@@ -93,6 +95,14 @@ def is_cell_file(filename: str) -> bool:
     return entry is not None and len(entry) == 4 and entry[1] is None
 
 
+def _from_a_cell(fn: types.FunctionType) -> bool:
+    """Defined in the notebook: in `__main__`, compiled from one of its cells.
+
+    (attrs and the like register generated code in linecache too, in their users' modules.)
+    """
+    return fn.__module__ == "__main__" and is_cell_file(fn.__code__.co_filename)
+
+
 def _source(fn: types.FunctionType) -> tuple[str, int] | str:
     """A function's source from its `def`, and its first line; or why it cannot be rewritten."""
     if fn.__closure__ and fn.__code__.co_freevars != ("__class__",):
@@ -118,9 +128,7 @@ def notebook_function(
     fn = namespace.get(name)
     if not isinstance(fn, types.FunctionType):
         return None
-    if fn not in handed and not (
-        fn.__module__ == "__main__" and is_cell_file(fn.__code__.co_filename)
-    ):
+    if fn not in handed and not _from_a_cell(fn):
         return None
     found = _source(fn)
     if isinstance(found, str):
@@ -139,7 +147,7 @@ def notebook_method(cls: type, attr: str) -> FunctionSource | str | None:
             break
     else:
         return None
-    if not isinstance(fn, types.FunctionType) or not is_cell_file(fn.__code__.co_filename):
+    if not isinstance(fn, types.FunctionType) or not _from_a_cell(fn):
         return None  # a static/class method, a property, or a library class's method
     found = _source(fn)
     if isinstance(found, str):
@@ -159,21 +167,24 @@ def bound_notebook_method(value: object) -> FunctionSource | str | None:
     return notebook_method(type(value.__self__), func.__name__)
 
 
+@functools.cache
 def _library_paths() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
-    return tuple({paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths})
+    ours = str(Path(__file__).resolve().parent.parent)  # jupyter_trainmate itself
+    return (ours, *{paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths})
 
 
 def module_code_that_trains(value: object) -> str | None:
-    """`file.py` when `value` is a function or module of the user's own files calling backward()."""
-    if not isinstance(value, types.FunctionType | types.ModuleType):
+    """`file.py` when `value` is a function of the user's own files (not the notebook's, not a
+    library's) whose source calls backward()."""
+    if not isinstance(value, types.FunctionType):
+        return None
+    filename = value.__code__.co_filename
+    if filename.startswith(("<", *_library_paths())) or is_cell_file(filename):
         return None
     try:
-        filename = inspect.getsourcefile(value)
         source = inspect.getsource(value)
     except (OSError, TypeError):
-        return None
-    if filename is None or filename.startswith(_library_paths()) or is_cell_file(filename):
         return None
     return filename if ".backward(" in source else None
 
