@@ -474,6 +474,14 @@ def test_a_cached_result_is_immutable_and_reused_until_a_name_changes(
     assert rewrite_cell("fit(3)\n", notebook) is first
     run_cells(notebook, FIT)  # `fit` redefined
     assert rewrite_cell("fit(3)\n", notebook) is not first
+    # the values a cell passes around change every run; only their types count
+    loop = "for xb in loader:\n    step(xb)\n"
+    notebook["xb"] = 1
+    second = rewrite_cell(loop, notebook)
+    notebook["xb"] = 2
+    assert rewrite_cell(loop, notebook) is second
+    notebook["xb"] = "a string"
+    assert rewrite_cell(loop, notebook) is not second
 
 
 def test_a_cell_libcst_cannot_parse_runs_unchanged_with_a_note() -> None:

@@ -165,7 +165,7 @@ class _Reach:
         for _ in range(MAX_FUNCTION_DEPTH):
             before = set(self.found)
             for calls, pairs, self_type, owner, origin in frontier:
-                self.notes += module_notes(calls, pairs, self.namespace, origin)
+                self.notes += module_notes(calls, pairs, self.namespace.peek, origin)
                 for name in sorted(calls - {SESSION}):
                     self._function(name)
                 for obj, attr in sorted(pairs):
@@ -194,6 +194,10 @@ class _Reach:
 
     def _function(self, name: str) -> None:
         if name in self.found:
+            return
+        if not isinstance(self.namespace.peek(name), types.FunctionType | types.MethodType):
+            # Only the type matters (the loop variables a cell passes around change every run).
+            self.namespace.type_of(name)
             return
         value = self.namespace.get(name)
         fn = notebook_function(name, self.namespace, self.handed)
@@ -288,6 +292,10 @@ class _RecordingNamespace(Mapping[str, object]):
         value = self._namespace.get(key, default)
         self.looked_up[key] = value
         return value
+
+    def peek(self, key: str) -> object:
+        """The value, not remembered: for what only its type (`type_of`) decides."""
+        return self._namespace.get(key)
 
     def type_of(self, key: str) -> type | None:
         value = self._namespace.get(key)

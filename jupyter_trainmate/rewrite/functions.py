@@ -190,16 +190,19 @@ def module_code_that_trains(value: object) -> str | None:
 
 
 def module_notes(
-    names: set[str], methods: Methods, namespace: Mapping[str, object], origin: str
+    names: set[str], methods: Methods, lookup: Callable[[str], object], origin: str
 ) -> list[Note]:
-    """Notes for calls into the user's own modules (`%%writefile` ones too): not rewritten."""
+    """Notes for calls into the user's own modules (`%%writefile` ones too): not rewritten.
+
+    `lookup(name)` gives what the notebook's name holds.
+    """
     notes = []
     for name in sorted(names):
-        filename = module_code_that_trains(namespace.get(name))
+        filename = module_code_that_trains(lookup(name))
         if filename is not None:
             notes.append(_module_note(origin, f"{name}()", filename))
     for obj, attr in sorted(methods):
-        value = namespace.get(obj)
+        value = lookup(obj)
         if isinstance(value, types.ModuleType):
             filename = module_code_that_trains(getattr(value, attr, None))
             if filename is not None:
