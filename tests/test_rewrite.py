@@ -339,7 +339,10 @@ def test_notebook_functions_are_found_by_their_cell_not_a_tmp_path(
 
 def test_code_in_a_real_file_is_not_a_notebook_function(tmp_path: Path) -> None:
     path = tmp_path / "helpers.py"
-    path.write_text("def fit():\n    model.sum().backward()\n")
+    path.write_text(
+        "def fit():\n    model.sum().backward()\n\n"
+        "class Trainer:\n    def fit(self):\n        model.sum().backward()\n"
+    )
     spec = importlib.util.spec_from_file_location("helpers", path)
     assert spec is not None
     assert spec.loader is not None
@@ -348,8 +351,8 @@ def test_code_in_a_real_file_is_not_a_notebook_function(tmp_path: Path) -> None:
     try:
         spec.loader.exec_module(module)
         assert not is_cell_file(str(path))
-        namespace = {"fit": module.fit, "helpers": module}
-        result = rewrite_cell("fit()\nhelpers.fit()\n", namespace)
+        namespace = {"fit": module.fit, "helpers": module, "trainer": module.Trainer()}
+        result = rewrite_cell("fit()\nhelpers.fit()\ntrainer.fit()\n", namespace)
     finally:
         del sys.modules["helpers"]
     assert result.functions == ()
@@ -357,6 +360,7 @@ def test_code_in_a_real_file_is_not_a_notebook_function(tmp_path: Path) -> None:
     assert notes_of(result) == [
         f"left alone   cell: fit() from {path} ({reason})",
         f"left alone   cell: helpers.fit() from {path} ({reason})",
+        f"left alone   method Trainer.fit: from {path} ({reason})",
     ]
 
 

@@ -28,10 +28,12 @@ from .calls import TrainCallTransformer
 from .context import SESSION, Note, RewriteContext
 from .detect import BACKWARD, CodeFacts, read_facts
 from .functions import (
+    MODULE_CODE,
     FunctionSource,
     Methods,
     bound_notebook_method,
     called_names,
+    module_code_that_trains,
     module_notes,
     notebook_function,
     notebook_method,
@@ -235,6 +237,12 @@ class _Reach:
             assert method.owner is not None
             self.namespace.methods.append((method.owner, attr, method.function))
             self._add((method.owner, attr), method, self_type)
+        else:
+            filename = module_code_that_trains(getattr(cls, attr, None))
+            what = f"method {cls.__name__}.{attr}"
+            if filename is not None and what not in self._noted:
+                self._noted.add(what)
+                self.notes.append(Note("left alone", what, f"from {filename}", MODULE_CODE))
 
     def _add(self, key: Key, fn: FunctionSource, self_type: type | None) -> _Reached | None:
         if key in self.found:

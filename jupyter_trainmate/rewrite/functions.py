@@ -210,13 +210,11 @@ def module_notes(
     return notes
 
 
+MODULE_CODE = "code in imported modules is not rewritten; optimizer hooks still count its steps"
+
+
 def _module_note(origin: str, what: str, filename: str) -> Note:
-    return Note(
-        "left alone",
-        origin,
-        f"{what} from {filename}",
-        "code in imported modules is not rewritten; optimizer hooks still count its steps",
-    )
+    return Note("left alone", origin, f"{what} from {filename}", MODULE_CODE)
 
 
 TypeOf = Callable[[str], type | None]
