@@ -516,3 +516,22 @@ def test_train_rewrites_a_module_function_without_marking_it() -> None:
     assert "batch loop over loader" in "\n".join(summary.instrumented)
     assert dict(vars(_fit_outside_a_notebook)) == before  # nothing written on the user's function
     assert "__trainmate__" not in globals()
+
+
+def test_traceback_through_a_rewritten_method_names_its_cell_line() -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(
+        "class Trainer:\n    def fit(self):\n        for xb, yb in loader:\n"
+        "            loss_fn(model(xb), yb).backward()\n            return 1 / 0\n"
+        "trainer = Trainer()\n"
+    ).raise_error()
+    filename = ip.user_ns["Trainer"].fit.__code__.co_filename
+    result = ip.run_cell("%%train\ntrainer.fit()\n")
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    where = traceback.extract_tb(result.error_in_exec.__traceback__)[-1]
+    assert (where.filename, where.lineno, where.colno, where.name) == (filename, 5, 19, "fit")
+    assert where.line == "return 1 / 0"
+    summary = last_run()
+    assert summary is not None
+    assert summary.steps == 1
