@@ -4,9 +4,9 @@ Training calls: `backward()`, `step()`, `zero_grad()` and gradient clipping go t
 `loss.backward()` becomes `__trainmate__.backward(loss)`, `x.step(...)` becomes
 `__trainmate__.step(x, ...)`, and so on; torch's deprecated `clip_grad_norm` goes through the
 session's `clip_grad_norm_`, as torch's own does. The session decides at run time what each
-receiver is (an optimizer, a scheduler, a GradScaler or something else entirely, such as a gym environment)
-and passes anything it does not own straight through, so a rewrite never changes what unknown
-code does. Every change is inline: line numbers do not move.
+receiver is (an optimizer, a scheduler, a GradScaler or something else entirely, such as a gym
+environment) and passes anything it does not own straight through, so a rewrite never changes
+what unknown code does. Every change is inline: line numbers do not move.
 """
 
 from __future__ import annotations
