@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 import linecache
+import site
 import sys
 import sysconfig
 import types
@@ -171,7 +172,9 @@ def bound_notebook_method(value: object) -> FunctionSource | str | None:
 def _library_paths() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     ours = str(Path(__file__).resolve().parent.parent)  # jupyter_trainmate itself
-    return (ours, *{paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths})
+    sites = [*site.getsitepackages(), site.getusersitepackages()]
+    keys = ("stdlib", "platstdlib", "purelib", "platlib")
+    return (ours, *{paths[k] for k in keys if k in paths}, *sites)
 
 
 def module_code_that_trains(value: object) -> str | None:
