@@ -73,12 +73,15 @@ prints the code that would run and what was instrumented, without running it.
 How it works: the cell is rewritten with libcst. The
 innermost loop that calls `.backward()` over something other than a `range` gets its iterable
 wrapped (`enumerate` and `tqdm` stay outside); `backward()`, `step()`, `zero_grad()` and
-`clip_grad_norm_()` go through the run's session, which passes through anything that is not an
-optimizer, scheduler or module (`env.step(a)` stays `env.step(a)`). Notebook functions the cell
-calls (`train_epoch()` defined cells earlier) are rewritten for the cell's duration; methods of
-notebook classes are not, but a global optimizer hook still counts their steps, and autocast is
-on for the whole cell, so it reaches code the rewrite cannot see. Everything is undone when the
-cell ends, however it ends. The body of each batch loop is wrapped in a retry point for
+`clip_grad_norm_()` (and its deprecated `clip_grad_norm()`) go through the run's session, which
+passes through anything that is not an optimizer, scheduler or module (`env.step(a)` stays
+`env.step(a)`). Notebook functions the cell calls or passes on (`train_epoch()` defined cells
+earlier) and methods of notebook classes it reaches (`trainer.fit()`, and what that calls on
+`self`) are rewritten for the cell's duration, a method swapped on its class; `%time`/`%%time`
+lines are rewritten inside. Code in imported modules is not (`--show` names it), but a global
+optimizer hook still counts its steps, and autocast is on for the whole cell, so it reaches code
+the rewrite cannot see; where code reads gradients the session cannot unscale first (`p.grad`),
+fp16 and its GradScaler are refused. Everything is undone when the cell ends, however it ends. The body of each batch loop is wrapped in a retry point for
 out-of-memory errors (the only lines the rewrite adds, marked `# %%train oom-retry` in `--show`);
 positions are mapped back when the code is compiled, so a traceback shows the user's own line
 and column.
