@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.trainmate-setup
 
-.PHONY: demo test lint typecheck labextension pytest bench docs clean
+.PHONY: demo test lint typecheck labextension pytest bench docs lab screenshots clean
 
 $(STAMP): pyproject.toml labextension/package.json labextension/package-lock.json scripts/setup.sh
 	VENV=$(VENV) scripts/setup.sh
@@ -12,6 +12,14 @@ $(STAMP): pyproject.toml labextension/package.json labextension/package-lock.jso
 demo: $(STAMP)
 	$(BIN)/trainmate doctor || echo "(doctor reported failures; the demo goes on)"
 	$(BIN)/python scripts/demo.py
+
+# JupyterLab from .venv on the bundled notebooks: the sidebar and the widget in a browser.
+lab: $(STAMP)
+	$(BIN)/python scripts/lab.py
+
+# The README's pictures, taken by the browser tests.
+screenshots: $(STAMP)
+	TRAINMATE_SCREENSHOTS=$(CURDIR)/docs/images $(BIN)/python -m pytest -m browser -q tests/test_browser.py
 
 test: lint typecheck labextension pytest
 
@@ -34,7 +42,7 @@ bench: $(STAMP)
 
 # The API docs of jupyter_trainmate (the package docstring is the user guide), with pdoc.
 docs: $(STAMP)
-	$(BIN)/pdoc jupyter_trainmate refactor -o build/docs
+	$(BIN)/pdoc jupyter_trainmate jupyter_trainmate.refactor -o build/docs
 
 clean:
 	rm -rf $(VENV) build dist labextension/node_modules labextension/lib jupyter_trainmate/labextension

@@ -21,7 +21,7 @@ import nbformat
 from nbconvert import ScriptExporter
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from refactor.pipeline import refactor
+from jupyter_trainmate.refactor.pipeline import refactor
 
 BLOCK = [
     "LR_{i} = 1e-3\nEPOCHS_{i} = 2",

@@ -78,15 +78,19 @@ epochs (a batch loop runs inside it, also in a function it calls). A step is a b
 `backward()` or an optimizer step happened, so validation batches, even through the same
 `run_epoch()`, are neither steps nor epochs; samples come from the DataLoader's batch size and
 sampler, else from the first dimension of each batch, and the summary then says the count is a
-guess. `backward()`, `step()`, `zero_grad()` and `clip_grad_norm_()` go through the run's session,
-which passes through anything that is not an optimizer, scheduler or module (`env.step(a)` stays
-`env.step(a)`). Notebook functions the cell calls (`train_epoch()` defined cells earlier) are
-rewritten for the cell's duration; methods of notebook classes are not, but a global optimizer hook
-still counts their steps, and autocast is on for the whole cell, so it reaches code the rewrite
-cannot see. Everything is undone when the cell ends, however it ends. The body of each batch loop
-is wrapped in a retry point for out-of-memory errors (the only lines the rewrite adds, marked
-`# %%train oom-retry` in `--show`); positions are mapped back when the code is compiled, so a
-traceback shows the user's own line and column.
+guess. `backward()`, `step()`, `zero_grad()` and `clip_grad_norm_()` (and its deprecated
+`clip_grad_norm()`) go through the run's session, which passes through anything that is not an
+optimizer, scheduler or module (`env.step(a)` stays `env.step(a)`). Notebook functions the cell
+calls or passes on (`train_epoch()` defined cells earlier) and methods of notebook classes it
+reaches (`trainer.fit()`, and what that calls on `self`) are rewritten for the cell's duration, a
+method swapped on its class; `%time`/`%%time` lines are rewritten inside. Code in imported modules
+is not (`--show` names it), but a global optimizer hook still counts its steps, and autocast is on
+for the whole cell, so it reaches code the rewrite cannot see; where code reads gradients the
+session cannot unscale first (`p.grad`), fp16 and its GradScaler are refused. Everything is undone
+when the cell ends, however it ends. The body of each batch loop is wrapped in a retry point for
+out-of-memory errors (the only lines the rewrite adds, marked `# %%train oom-retry` in `--show`);
+positions are mapped back when the code is compiled, so a traceback shows the user's own line and
+column.
 
 Guarantees: on the CPU with the defaults, the same seed gives bit-identical weights with and
 without `%%train` (shuffling and dropout included). `--prefetch thread` overlaps data loading with

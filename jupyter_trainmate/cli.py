@@ -27,7 +27,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _refactor(args: argparse.Namespace) -> int:
-    from refactor.pipeline import refactor
+    from jupyter_trainmate.refactor.pipeline import refactor
 
     out, text = refactor(
         args.notebook,
@@ -93,10 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     refactor.add_argument("notebook", type=Path, help="the .ipynb file")
     refactor.add_argument(
-        "-o", "--output", type=Path, help="output folder (default: beside the notebook, its name)"
+        "-o",
+        "--output",
+        type=Path,
+        help="output folder, new or written by an earlier refactor, never the notebook's own "
+        "(default: beside the notebook, its name)",
     )
     refactor.add_argument("--name", help="the package's import name (default: from the file name)")
-    refactor.add_argument("--force", action="store_true", help="replace an existing output folder")
+    refactor.add_argument(
+        "--force",
+        action="store_true",
+        help="write into an existing output folder: replace only the files an earlier refactor "
+        "wrote there (its .trainmate-refactor.json lists them) and still hold what it wrote; "
+        "every other file is kept. A folder holding the notebook or files of yours is refused",
+    )
     refactor.add_argument(
         "--dry-run", action="store_true", help="print the plan (the report), write nothing"
     )

@@ -54,6 +54,7 @@ class TrainmateMagics(Magics):
     def train(self, line: str, cell: str) -> None:
         # The docstring (`%%train?`) is the parser's help: see below the class.
         __tracebackhide__ = True
+        from .cell import register_cell, traceback_from_cell
         from .rewrite import rewrite_cell
         from .runner import run_cell, show
         from .runtime.options import HelpShown, parse_options
@@ -69,7 +70,7 @@ class TrainmateMagics(Magics):
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None
         source = ip.transform_cell(cell)
-        filename = ip.compile.cache(cell, ip.execution_count)
+        filename = register_cell(ip, cell, source)
         try:
             compile(source, filename, "exec")
         except SyntaxError as exc:
@@ -82,6 +83,9 @@ class TrainmateMagics(Magics):
             run_cell(source, filename, options, ip.user_ns, result)
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None
+        except BaseException as exc:
+            traceback_from_cell(exc, filename, ip)
+            raise
 
 
 def _train_doc() -> str:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .display.live import LiveDisplay
 from .errors import TrainmateError
-from .rewrite import SESSION, RewriteResult, RewrittenFunction, compile_rewritten, rewrite_cell
+from .rewrite import SESSION, CodeFacts, RewriteResult, compile_rewritten, rewrite_cell
+from .rewrite.install import Installed
 from .runtime.checkpoint import checkpoints
 from .runtime.checkpoint import load as load_checkpoint
 from .runtime.guards import StopRun
@@ -38,28 +38,20 @@ T = TypeVar("T")
 def show(result: RewriteResult) -> str:
     """What `%%train --show` prints: the code that would run, then the notes."""
     parts = ["# --- cell, as %%train runs it ---", result.code.rstrip()]
-    for name, fn in result.functions.items():
-        parts += [f"\n# --- function {name}, rewritten for the run ---", fn.code.rstrip()]
+    for fn in result.functions:
+        what = f"{fn.original.kind} {fn.original.name}"
+        parts += [f"\n# --- {what}, rewritten for the run ---", fn.code.rstrip()]
     parts.append("\n# --- what %%train did ---")
     parts += [f"# {note}" for note in result.notes] or ["# nothing: the cell runs unchanged"]
     return "\n".join(parts)
 
 
-def _compile_function(fn: RewrittenFunction) -> types.FunctionType:
-    """Compile a rewritten notebook function under its own cell's file name and line numbers.
-
-    Every line number is the original's, so a traceback through it shows the user's own cell and
-    line.
-    """
-    original = fn.original.function
-    filename = original.__code__.co_filename
-    code = compile_rewritten(fn.code, fn.original.source, filename, fn.original.first_line)
-    scratch: dict[str, Any] = {}
-    exec(code, original.__globals__, scratch)
-    new = scratch[fn.original.name]
-    assert isinstance(new, types.FunctionType)
-    new.__defaults__, new.__kwdefaults__ = original.__defaults__, original.__kwdefaults__
-    return new
+def _gradient_reader(facts: CodeFacts) -> str | None:
+    """The first code that reads gradients the session cannot unscale first, as `code (line N)`."""
+    if not facts.gradient_reads:
+        return None
+    line, code = facts.gradient_reads[0]
+    return f"{code} (line {line})"
 
 
 def _run_name(result: RewriteResult) -> str:
@@ -101,18 +93,15 @@ def run_cell(
         saw_backward=facts.backward_calls > 0,
         instrumented=tuple(str(n) for n in result.instrumented),
         left_alone=tuple(str(n) for n in result.left_alone),
+        reads_gradients=_gradient_reader(facts),
     )
     code = compile_rewritten(result.code, source, filename)
-    swapped: dict[str, tuple[Any, Any]] = {}
+    rewritten = Installed(result, namespace)
     outcome: Outcome = "failed"
     status: StatusWriter | None = None
     live: LiveDisplay | None = None
     tensorboard: TensorBoardLog | None = None
     try:
-        for name, fn in result.functions.items():
-            new = _compile_function(fn)
-            swapped[name] = (namespace.get(name), new)
-            namespace[name] = new
         if options.resume:
             assert session.checkpoint_dir is not None
             found = checkpoints(session.checkpoint_dir)
@@ -120,10 +109,7 @@ def run_cell(
                 raise TrainmateError(f"--resume: no checkpoint in {session.checkpoint_dir}")
             session.resume_from(load_checkpoint(found[-1]))
         namespace[SESSION] = session
-        for _, ours in swapped.values():
-            # A function from a module (jupyter_trainmate.train()) reads the session from its
-            # module's globals; a notebook function's globals are the namespace itself.
-            ours.__globals__[SESSION] = session
+        rewritten.install(session)
         session.start()
         status = StatusWriter(
             session.progress, notebook=notebook_path(namespace), run_name=_run_name(result)
@@ -165,11 +151,7 @@ def run_cell(
         if status is not None:
             status.stop()
         namespace.pop(SESSION, None)
-        for _, ours in swapped.values():
-            ours.__globals__.pop(SESSION, None)
-        for name, (original, ours) in swapped.items():
-            if namespace.get(name) is ours:  # unless the cell itself redefined it
-                namespace[name] = original
+        rewritten.undo()
         summary = session.close(outcome)
         if live is not None:
             live.finish(summary)
@@ -240,9 +222,11 @@ def train(fn: Callable[..., T], options: str = "", /, **kwargs: Any) -> T:
         parsed = parse_options(options)
     except HelpShown:
         raise TrainmateError(f"train(): {options!r} asks for help; see %%train --help") from None
-    fn.__trainmate_rewrite__ = True  # type: ignore[attr-defined]
     arguments = ", ".join(f"{k}={k}" for k in kwargs)
-    run_cell(f"{_RESULT} = {name}({arguments})\n", "<jupyter_trainmate.train>", parsed, namespace)
+    source = f"{_RESULT} = {name}({arguments})\n"
+    # `fn` is rewritten wherever it was defined; nothing is written on it (it is the user's).
+    result = rewrite_cell(source, namespace, handed=frozenset({fn}))
+    run_cell(source, "<jupyter_trainmate.train>", parsed, namespace, result)
     return namespace[_RESULT]  # type: ignore[no-any-return]
 
 

@@ -3,8 +3,9 @@ Step 5: format the files with ruff and put them in place atomically.
 
 Everything is written into a temporary folder beside the output, formatted there (`ruff format`,
 then `ruff check --fix` for what it can repair safely, such as an import no longer used), and
-renamed into place in one step: an interrupted run leaves nothing half-written, and an existing
-folder is replaced only with `--force` (the old one is removed after the new one is in place).
+renamed into place in one step: an interrupted run leaves nothing half-written. Into an existing
+folder (only with `--force`) each file is moved over the one an earlier refactor wrote, and only
+those: the rules are in `jupyter_trainmate.refactor.manifest`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from jupyter_trainmate.errors import TrainmateError
+from . import manifest
 
 
 def ruff() -> str:
@@ -48,23 +49,28 @@ def format_folder(folder: Path) -> str:
 
 
 def write_package(
+    notebook: Path,
     files: dict[str, str],
     out: Path,
     force: bool,
     finish: Callable[[Path, str], None],
     binary: dict[str, bytes] | None = None,
 ) -> str:
-    """Write `files` to `out` atomically; return ruff's remaining findings ("" when clean).
+    """Write `files` to `out` with the manifest; return ruff's remaining findings ("" when clean).
 
     `finish(folder, findings)` runs on the formatted files before they move into place (the
-    report, the HTML docs).
+    report, the HTML docs). A new folder is staged beside `out` and renamed into place; into an
+    existing one (`--force`, see `jupyter_trainmate.refactor.manifest`) the files are staged inside it and each
+    moved over its old version in one step, then the files of the earlier run that the new one
+    does not write are removed: nothing else in the folder is touched.
     """
-    if out.exists() and not force:
-        raise TrainmateError(f"{out}: exists; add --force to replace it")
-    if out.exists() and not out.is_dir():
-        raise TrainmateError(f"{out}: exists and is not a folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    manifest.check(notebook, out, force)
+    exists = out.exists()
+    if exists:
+        tmp = Path(tempfile.mkdtemp(prefix=manifest.STAGING, dir=out))
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         for relative, text in sorted(files.items()):
             path = tmp / relative
@@ -76,14 +82,34 @@ def write_package(
             path.write_bytes(data)
         findings = format_folder(tmp)
         finish(tmp, findings)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            out.replace(old / "previous")
-            tmp.replace(out)
-            shutil.rmtree(old, ignore_errors=True)
+        written = {
+            p.relative_to(tmp).as_posix(): manifest.sha256(p)
+            for p in sorted(tmp.rglob("*"))
+            if p.is_file()
+        }
+        (tmp / manifest.NAME).write_text(manifest.dump(notebook, written), encoding="utf-8")
+        if exists:
+            _update(notebook, tmp, out, written, force)
         else:
             tmp.replace(out)
-    except BaseException:
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return findings
+
+
+def _update(notebook: Path, tmp: Path, out: Path, written: dict[str, str], force: bool) -> None:
+    """Move the staged files over an earlier refactor's in `out`, touching nothing else."""
+    previous = manifest.check(notebook, out, force)  # again: the user may have edited meanwhile
+    manifest.in_the_way(out, previous, written)
+    old = dict(previous.files) if previous is not None else {}
+    pending = tmp / f"{manifest.NAME}.pending"
+    pending.write_text(manifest.dump(notebook, old, written), encoding="utf-8")
+    manifest.replace_file(pending, out / manifest.NAME)
+    for relative in sorted(written):
+        manifest.replace_file(tmp / relative, out / relative)
+    for relative in sorted(set(old) - set(written)):
+        path = out / relative
+        if path.is_file():
+            path.unlink()
+            manifest.prune(out, relative)
+    manifest.replace_file(tmp / manifest.NAME, out / manifest.NAME)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from jupyter_trainmate.errors import TrainmateError
 
+from . import manifest
 from .analyze import analyze
 from .annotate import coverage
 from .docs import build_html
@@ -52,10 +53,8 @@ def refactor(
     if check_equivalence and not execute:
         raise TrainmateError("--check-equivalence needs --execute (the notebook's own numbers)")
     out = out if out is not None else notebook.with_suffix("")
-    if out.exists() and not force and not dry_run:
-        raise TrainmateError(f"{out}: exists; add --force to replace it")
-    if out.resolve() == notebook.resolve():
-        raise TrainmateError(f"{out}: is the notebook itself")
+    if not dry_run:
+        manifest.check(notebook, out, force)  # again before writing, with the files to write
     nb = read(notebook)
     analysis = analyze(nb)
     if analysis.bad and not skip_bad_cells:
@@ -97,7 +96,7 @@ def refactor(
         text["report"] = report(the_plan, emitted, findings, problem)
         (folder / "REFACTOR_REPORT.md").write_text(text["report"], encoding="utf-8")
 
-    write_package(emitted.files, out, force, finish, tests.binary)
+    write_package(notebook, emitted.files, out, force, finish, tests.binary)
     result = emitted.equivalence
     if result is not None and not result.passed:
         raise TrainmateError(

@@ -24,6 +24,7 @@ import ast
 import json
 import re
 import shlex
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +32,7 @@ import libcst as cst
 import nbformat
 from IPython.core.inputtransformer2 import TransformerManager
 from libcst.metadata import PositionProvider
+from nbformat.warnings import MissingIDFieldWarning
 
 from jupyter_trainmate.errors import TrainmateError
 
@@ -140,11 +142,25 @@ def read(path: Path) -> Notebook:
     if not isinstance(raw, dict) or "nbformat" not in raw:
         raise TrainmateError(f"{path}: not a notebook (no nbformat field)")
     try:
-        nb = nbformat.reads(text, as_version=4)  # type: ignore[no-untyped-call]
+        nb = quietly_parsed(text)
     except Exception as exc:  # nbformat raises several kinds for malformed notebooks
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TrainmateError(f"{path}: not a valid notebook ({first[:160]})") from None
     return _cells(path, nb)
+
+
+def quietly_parsed(text: str) -> nbformat.NotebookNode:
+    """The notebook in `text` as nbformat 4, cell ids filled in memory, without nbformat's noise.
+
+    Notebooks of format 4.5 or later whose cells have no ids (many tools drop them) make nbformat
+    warn with a `MissingIDFieldWarning` line while its validation gives them ids, as it intends
+    to; the ids are ours to fill, so the warning is not the user's business. The file is never
+    written.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MissingIDFieldWarning)
+        nb: nbformat.NotebookNode = nbformat.reads(text, as_version=4)  # type: ignore[no-untyped-call]
+    return nb
 
 
 def _cells(path: Path, nb: nbformat.NotebookNode) -> Notebook:

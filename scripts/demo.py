@@ -104,9 +104,24 @@ def refactor_quickstart() -> bool:
     return trained.returncode == 0 and tested.returncode == 0
 
 
+def where_next() -> str:
+    out = OUT.relative_to(ROOT)
+    return "\n".join(
+        [
+            "",
+            "Where to look next:",
+            f"  {out}/*.ipynb             the executed notebooks (open them in JupyterLab: widgets saved)",
+            f"  {out}/quickstart_package  the quickstart as a package (REFACTOR_REPORT.md, tests/, docs/)",
+            f"  {out}/runs/runs.jsonl     the run records (`.venv/bin/trainmate runs` in {out})",
+            "  make lab                          JupyterLab on notebooks/, with the sidebar",
+        ]
+    )
+
+
 def main() -> int:
     results = [run(path) for path in sorted((ROOT / "notebooks").glob("*.ipynb"))]
     results.append(refactor_quickstart())
+    print(where_next())
     return 0 if results and all(results) else 1
 
 

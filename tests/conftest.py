@@ -25,3 +25,11 @@ def _own_working_directory(
     keep every test's in its own temporary folder, never in the checkout."""
     monkeypatch.chdir(tmp_path)  # type: ignore[arg-type]
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rewrite_cache() -> None:
+    """A test never reuses a rewrite another test cached (module-level state, reset per test)."""
+    from jupyter_trainmate.rewrite import clear_cache
+
+    clear_cache()

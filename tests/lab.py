@@ -51,6 +51,12 @@ def running_lab(
 ) -> Iterator[Lab]:
     root, runtime = tmp / "root", tmp / "runtime"
     root.mkdir()
+    # No "get notified about Jupyter news?" toast over the screenshots (and no call out for news).
+    news = (
+        tmp / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    )
+    news.parent.mkdir(parents=True)
+    news.write_text('{"fetchNews": "false"}')
     token = secrets.token_hex(16)
     port = _free_port()
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), **(env or {})}

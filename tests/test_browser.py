@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +19,11 @@ import jupyter_trainmate
 
 from .lab import CHROMIUM, CHROMIUM_ARGS, Lab, running_lab
 
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "screenshots"
+# `make screenshots` points this at docs/images/ (the README's pictures).
+SCREENSHOTS = Path(
+    os.environ.get("TRAINMATE_SCREENSHOTS")
+    or Path(__file__).resolve().parent.parent / "build" / "screenshots"
+)
 PANEL_TAB = '.jp-SideBar.jp-mod-right li[data-id="jupyter-trainmate-panel"]'
 
 SETUP = """
@@ -230,9 +235,10 @@ def test_quickstart_widget_updates_while_the_train_cell_runs(tmp_path: Path) -> 
                 continue
         widget = page.locator(".trainmate-widget")
         widget.wait_for(timeout=60_000)
-        # While it runs: the progress text and the chart change between two looks.
+        # While it runs: the progress text and the chart change between two looks (from the
+        # third epoch, so the README's picture shows a loss curve).
         page.wait_for_function(
-            "() => /epoch [1-9]\\/10/.test(document.querySelector('.trainmate-widget').textContent)",
+            "() => /epoch [3-9]\\/10/.test(document.querySelector('.trainmate-widget').textContent)",
             timeout=60_000,
         )
         first_text = widget.inner_text()

@@ -138,3 +138,47 @@ def test_bundled_notebooks_are_saved_clean(path: Path) -> None:
         if cell["cell_type"] == "code":
             assert cell["outputs"] == []
             assert cell["execution_count"] is None
+
+
+@pytest.mark.slow
+def test_notebook_functions_are_instrumented_with_tmpdir_outside_tmp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ipykernel names cell files under `tempfile.gettempdir()` (`/var/folders/...` on macOS)."""
+    import shutil
+    import tempfile
+
+    from .train_harness import COMMON
+
+    folder = Path(tempfile.mkdtemp(prefix="trainmate-", dir="/var/tmp"))
+    try:
+        monkeypatch.setenv("TMPDIR", str(folder))  # the kernel inherits it
+        fit = (
+            "def fit():\n    for xb, yb in loader:\n        opt.zero_grad()\n"
+            "        loss_fn(model(xb), yb).backward()\n        opt.step()\n"
+        )
+        report = (
+            "from jupyter_trainmate import last_run\n"
+            "print('STEPS', last_run().steps)\nprint('FILE', fit.__code__.co_filename)\n"
+        )
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [
+            nbformat.v4.new_code_cell(s)
+            for s in [
+                "%load_ext jupyter_trainmate\n" + COMMON,
+                fit,
+                "%%train --show\nfit()",
+                "%%train --display text\nfit()",
+                report,
+            ]
+        ]
+        NotebookClient(
+            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(folder)}}
+        ).execute()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    text = outputs_text(nb)
+    assert f"FILE {folder}" in text  # the cell file is where TMPDIR points, not under /tmp
+    assert "STEPS 8" in text
+    assert "# instrumented function fit line 2: batch loop over loader" in text
+    assert "nothing: the cell runs unchanged" not in text

@@ -281,7 +281,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_force_replaces_and_the_notebook_is_never_modified(tmp_path: Path) -> None:
+def test_force_replaces_what_it_wrote_and_the_notebook_is_never_modified(tmp_path: Path) -> None:
     notebook = tmp_path / "nb.ipynb"
     notebook.write_bytes((NOTEBOOKS / "old_v3.ipynb").read_bytes())
     before = hashlib.sha256(notebook.read_bytes()).hexdigest()
@@ -291,8 +291,10 @@ def test_force_replaces_and_the_notebook_is_never_modified(tmp_path: Path) -> No
     refused = trainmate("refactor", notebook, "-o", out)
     assert refused.returncode == 2
     assert (out / "stale.txt").exists()  # nothing touched without --force
+    (out / "nb" / "utils.py").unlink()  # a file the user deleted is simply written again
     assert trainmate("refactor", notebook, "-o", out, "--force").returncode == 0
-    assert not (out / "stale.txt").exists()
+    assert (out / "stale.txt").exists()  # not the refactor's: --force never removes it (issue 12)
+    assert "SCALE" in (out / "nb" / "utils.py").read_text()
     assert hashlib.sha256(notebook.read_bytes()).hexdigest() == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
 

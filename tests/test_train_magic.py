@@ -431,3 +431,107 @@ def test_tune_loader_keeps_the_data_and_its_order_and_reports_each_setting() -> 
     assert report.count("ms/batch") >= 2  # the current setting and at least one other
     assert "<- used" in report
     assert summary.steps == 2 * 12
+
+
+CLIPPED = """
+norms = []
+for xb, yb in loader:
+    opt.zero_grad()
+    loss_fn(model(xb), yb).backward()
+    norms.append(float(torch.nn.utils.clip_grad_norm(model.parameters(), 1.0)))
+    opt.step()
+"""
+
+
+@pytest.mark.filterwarnings("ignore:`torch.nn.utils.clip_grad_norm` is now deprecated")
+def test_fp16_old_clip_name_returns_the_unscaled_norm_from_the_first_step() -> None:
+    plain = run([COMMON, CLIPPED], None).user_ns["norms"]
+    ip = run([COMMON, CLIPPED], "--amp fp16")  # a CPU GradScaler: the same path as on a GPU
+    summary = last_run()
+    assert summary is not None
+    assert summary.amp == "fp16"
+    # GradScaler-scaled gradients would give norms ~65,536 times larger (and clip them wrongly)
+    assert ip.user_ns["norms"] == pytest.approx(plain, rel=2e-2)
+
+
+def test_fp16_is_refused_where_the_cell_reads_gradients_it_cannot_unscale() -> None:
+    cell = """
+for xb, yb in loader:
+    opt.zero_grad()
+    loss_fn(model(xb), yb).backward()
+    for p in model.parameters():
+        p.grad.data.clamp_(-0.01, 0.01)
+    opt.step()
+"""
+    with pytest.raises(UsageError, match=r"--amp fp16: p\.grad\.data \(line 5\) reads gradients"):
+        run([COMMON, cell], "--amp fp16")
+    run([COMMON, cell], "--amp bf16")  # no scaler: fine
+
+
+def test_traceback_names_the_cell_as_ipython_does_and_starts_at_the_users_code(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ip = fresh_shell()
+    ip.run_line_magic("colors", "nocolor")
+    ip.run_cell(COMMON, store_history=True).raise_error()  # In[1]
+    ip.run_cell(  # In[2]
+        "def fit():\n    for xb, yb in loader:\n        loss_fn(model(xb), yb).backward()\n"
+        "        1 / 0\n",
+        store_history=True,
+    ).raise_error()
+    capsys.readouterr()
+    result = ip.run_cell("%%train\nx = 1\nfit()\n", store_history=True)  # In[3]
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    text = capsys.readouterr().out
+    assert "Cell In[3], line 2" in text
+    assert "----> 2 fit()" in text
+    assert "Cell In[2], line 4, in fit()" in text
+    assert "Cell In[4]" not in text
+    assert "run_cell_magic" not in text  # no frame showing the whole cell as a string
+    assert "skipping hidden" not in text
+    assert "ZeroDivisionError: division by zero" in text
+
+
+def _fit_outside_a_notebook(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, loader: list[torch.Tensor]
+) -> int:
+    for xb in loader:
+        opt.zero_grad()
+        model(xb).sum().backward()
+        opt.step()
+    return len(loader)
+
+
+def test_train_rewrites_a_module_function_without_marking_it() -> None:
+    from jupyter_trainmate import train
+
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = [torch.randn(4, 3) for _ in range(5)]
+    before = dict(vars(_fit_outside_a_notebook))
+    assert train(_fit_outside_a_notebook, "--display off", model=model, opt=opt, loader=loader) == 5
+    summary = last_run()
+    assert summary is not None
+    assert summary.steps == 5
+    assert "batch loop over loader" in "\n".join(summary.instrumented)
+    assert dict(vars(_fit_outside_a_notebook)) == before  # nothing written on the user's function
+    assert "__trainmate__" not in globals()
+
+
+def test_traceback_through_a_rewritten_method_names_its_cell_line() -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(
+        "class Trainer:\n    def fit(self):\n        for xb, yb in loader:\n"
+        "            loss_fn(model(xb), yb).backward()\n            return 1 / 0\n"
+        "trainer = Trainer()\n"
+    ).raise_error()
+    filename = ip.user_ns["Trainer"].fit.__code__.co_filename
+    result = ip.run_cell("%%train\ntrainer.fit()\n")
+    assert isinstance(result.error_in_exec, ZeroDivisionError)
+    where = traceback.extract_tb(result.error_in_exec.__traceback__)[-1]
+    assert (where.filename, where.lineno, where.colno, where.name) == (filename, 5, 19, "fit")
+    assert where.line == "return 1 / 0"
+    summary = last_run()
+    assert summary is not None
+    assert summary.steps == 1

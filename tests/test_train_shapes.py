@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from .train_harness import COMMON, assert_parity
+from jupyter_trainmate import last_run
+
+from .train_harness import COMMON, assert_parity, fresh_shell
 
 
 def instrumented(summary: object) -> str:
@@ -148,23 +150,66 @@ history = [train_epoch(model, loader) for _ in range(2)]
     assert ip.user_ns["train_epoch"].__code__.co_filename.startswith("<ipython-input")
 
 
-def test_class_method_is_left_alone_but_counted() -> None:
-    trainer = """
+TRAINER = """
 class Trainer:
-    def __init__(self, model, opt):
-        self.model, self.opt = model, opt
-    def fit(self, loader, epochs):
-        for _ in range(epochs):
-            for xb, yb in loader:
-                self.opt.zero_grad()
-                loss_fn(self.model(xb), yb).backward()
-                self.opt.step()
+    def __init__(self, model, opt, loader):
+        self.model, self.opt, self.loader = model, opt, loader
+        self.__batches = 0  # private: the rewritten method must keep the class's name mangling
 
-trainer = Trainer(model, opt)
+    def one_batch(self, xb, yb):
+        self.opt.zero_grad()
+        loss_fn(self.model(xb), yb).backward()
+        self.opt.step()
+
+    def fit(self, epochs):
+        for _ in range(epochs):
+            for xb, yb in self.loader:
+                self.one_batch(xb, yb)
+                self.__batches += 1
+        return self.__batches
+
+class ClippingTrainer(Trainer):
+    def one_batch(self, xb, yb):  # two method calls deep, through super()
+        super().one_batch(xb, yb)
+
+trainer = ClippingTrainer(model, opt, loader)
+fit = trainer.fit
 """
-    summary, _ = assert_parity([COMMON, trainer, "trainer.fit(loader, epochs=2)"])
-    assert any("method Trainer.fit" in note for note in summary.left_alone)
+
+
+def test_class_method_loop_is_instrumented_bit_identical_and_restored() -> None:
+    summary, ip = assert_parity([COMMON, TRAINER, "batches = trainer.fit(2)"])
+    text = instrumented(summary)
+    assert "method Trainer.fit line 13: batch loop over self.loader" in text
+    assert "method Trainer.one_batch line 8: loss_fn(self.model(xb), yb).backward()" in text
+    assert summary.steps == 16
+    assert summary.epochs == 2
     assert summary.optimizer_steps == 16
+    assert ip.user_ns["batches"] == 16
+    trainer_cls = ip.user_ns["Trainer"]
+    assert vars(trainer_cls)["fit"].__code__.co_filename == ip.user_ns["fit"].__code__.co_filename
+    assert "__trainmate__" not in vars(trainer_cls)["fit"].__code__.co_names  # the user's own
+    # a name holding the bound method runs it rewritten too, and is given back after
+    bound = ip.user_ns["fit"]
+    ip.run_cell("%%train\nfit(1)\n").raise_error()
+    run = last_run()
+    assert run is not None
+    assert run.steps == 8
+    assert ip.user_ns["fit"] is bound
+
+
+def test_class_method_is_restored_when_the_cell_raises() -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(TRAINER).raise_error()
+    classes = [ip.user_ns["Trainer"], ip.user_ns["ClippingTrainer"]]
+    before = [dict(vars(cls)) for cls in classes]
+    result = ip.run_cell("%%train\ntrainer.fit(1)\nraise RuntimeError('boom')\n")
+    assert isinstance(result.error_in_exec, RuntimeError)
+    assert [dict(vars(cls)) for cls in classes] == before
+    summary = last_run()
+    assert summary is not None
+    assert summary.steps == 8
 
 
 def test_gan_two_optimizers_sum_of_losses_and_critic_steps() -> None:
@@ -397,3 +442,57 @@ for epoch in range(3):
 """
     _, ip = assert_parity([COMMON, cell])
     assert ip.user_ns["seen"] == 3 * 3  # batches 0, 2, 3 of each epoch; never the else
+
+
+FIT = """
+def fit(epochs):
+    for _ in range(epochs):
+        for xb, yb in loader:
+            opt.zero_grad()
+            loss_fn(model(xb), yb).backward()
+            opt.step()
+
+def execute_example(fn):
+    return fn(2)
+"""
+
+
+@pytest.mark.parametrize(
+    "loop",
+    ["%time fit(2)", "execute_example(fit)", "%%time\nfor _ in range(2):\n    fit(1)\n"],
+)
+def test_loops_reached_through_time_magics_and_function_arguments(loop: str) -> None:
+    summary, _ = assert_parity([COMMON, FIT, loop])
+    assert summary.steps == 16
+    assert summary.optimizer_steps == 16
+    assert "function fit line 3: batch loop over loader" in instrumented(summary)
+
+
+def test_show_says_what_it_cannot_reach_and_why(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(FIT).raise_error()
+    ip.run_cell(
+        "%%writefile trainlib.py\ndef fit_module(model, opt, loader, loss_fn):\n"
+        "    for xb, yb in loader:\n        loss_fn(model(xb), yb).backward()\n"
+        "        opt.step()\n"
+    ).raise_error()
+    ip.run_cell("import sys; sys.path.insert(0, '.'); import trainlib").raise_error()
+    try:
+        capsys.readouterr()
+        ip.run_cell(
+            "%%train --show\n%timeit -n1 -r1 fit(1)\n"
+            "trainlib.fit_module(model, opt, loader, loss_fn)\n"
+        ).raise_error()
+    finally:
+        ip.run_cell("sys.path.remove('.'); del sys.modules['trainlib']").raise_error()
+    out = capsys.readouterr().out
+    assert "nothing: the cell runs unchanged" not in out
+    assert (
+        "# left alone   cell line 1: %timeit -n1 -r1 fit(1) (the line magic runs this code "
+        "itself; %%train cannot rewrite it" in out
+    )
+    assert "trainlib.fit_module() from " in out
+    assert "trainlib.py (code in imported modules is not rewritten" in out

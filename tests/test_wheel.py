@@ -49,7 +49,14 @@ def test_wheel_contents(wheel: Path) -> None:
     assert any(re.fullmatch(rf"{lab}/static/remoteEntry\.[0-9a-f]+\.js", n) for n in names)
     assert f"{data}/etc/jupyter/jupyter_server_config.d/jupyter_trainmate.json" in names
     assert "jupyter_trainmate/py.typed" in names
-    assert "refactor/__init__.py" in names
+    # refactor/ is installed as jupyter_trainmate.refactor: PyPI's unrelated `refactor` owns the name
+    assert "jupyter_trainmate/refactor/__init__.py" in names
+    assert "jupyter_trainmate/refactor/pipeline.py" in names
+    assert {n.split("/")[0] for n in names if "/" in n and ".dist-info/" not in n} == {
+        "jupyter_trainmate",
+        f"jupyter_trainmate-{jupyter_trainmate.__version__}.data",
+    }
+    assert not any(n.startswith("refactor") for n in names)
     assert not any("node_modules" in n or n.endswith(".ts") for n in names)
 
 
@@ -60,6 +67,7 @@ def test_wheel_installs_without_node(wheel: Path, tmp_path: Path) -> None:
     bin_dir = venv / "bin"
     env = {**os.environ, "PATH": str(bin_dir), "NO_COLOR": "1"}
     env.pop("VIRTUAL_ENV", None)
+    env.pop("PYTHONPATH", None)  # the checkout must not shadow what the wheel installed
     env.pop("JUPYTER_PATH", None)
     env.pop("JUPYTER_CONFIG_PATH", None)
     assert shutil.which("node", path=env["PATH"]) is None
@@ -67,7 +75,16 @@ def test_wheel_installs_without_node(wheel: Path, tmp_path: Path) -> None:
     python = str(bin_dir / "python")
     # The same torch as here first: a bare `torch` requirement would pull a multi-GB CUDA build.
     run([python, "-m", "pip", "install", "-q", f"torch=={torch.__version__.split('+')[0]}"], env)
+    which_torch = "import torch, os; print(torch.__version__, os.stat(torch.__file__).st_mtime_ns)"
+    torch_before = run([python, "-c", which_torch], env, tmp_path)
     run([python, "-m", "pip", "install", "-q", str(wheel)], env)
+    # The torch that was there (a CUDA build a user chose, say) is kept, not replaced.
+    assert run([python, "-c", which_torch], env, tmp_path) == torch_before
+    magic = (
+        "from IPython.core.interactiveshell import InteractiveShell as S; ip = S.instance(); "
+        "ip.run_line_magic('load_ext', 'jupyter_trainmate'); print(sorted(ip.magics_manager.magics['cell']))"
+    )
+    assert "'train'" in run([python, "-c", magic], env, tmp_path)
 
     labext = run([str(bin_dir / "jupyter"), "labextension", "list"], env, cwd=tmp_path)
     assert re.search(rf"jupyter-trainmate v{jupyter_trainmate.__version__} enabled\s+OK", labext), (
@@ -78,3 +95,12 @@ def test_wheel_installs_without_node(wheel: Path, tmp_path: Path) -> None:
     assert re.search(rf"jupyter_trainmate {jupyter_trainmate.__version__} OK", server), server
     version = run([str(bin_dir / "trainmate"), "--version"], env, cwd=tmp_path)
     assert version.strip() == f"jupyter_trainmate {jupyter_trainmate.__version__}"
+
+    assert "--force" in run([str(bin_dir / "trainmate"), "refactor", "--help"], env, cwd=tmp_path)
+    notebook = ROOT / "tests" / "notebooks" / "old_v3.ipynb"
+    plan = run([str(bin_dir / "trainmate"), "refactor", str(notebook), "--dry-run"], env, tmp_path)
+    assert "## Cells" in plan  # the pipeline imports from the installed wheel
+    where = "import importlib.util as u; print(u.find_spec('refactor'), u.find_spec('{}').origin)"
+    found = run([python, "-c", where.format("jupyter_trainmate.refactor.pipeline")], env, tmp_path)
+    assert found.split()[0] == "None", found  # no top-level `refactor` module installed
+    assert str(venv) in found, found

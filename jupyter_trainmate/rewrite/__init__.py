@@ -1,8 +1,11 @@
 """
 The `%%train` rewrite (libcst): find the training idioms in a cell, route them through the session.
 
-`rewrite_cell()` never raises on code it does not understand: it returns the new code and a list
-of notes, what was instrumented and what was left alone and why. Code that does not parse is the
+`rewrite_cell()` never raises on code it does not understand: it returns the new code and the
+notes, what was instrumented and what was left alone and why, as an immutable `RewriteResult`
+(cached: a cell run again unchanged gets the same one). The notebook functions and methods the
+cell reaches (`functions`) are rewritten with it and put in place for the run by `install`;
+`%time`/`%%time` lines are rewritten inside (`magics`). Code that does not parse is the
 caller's to report (the magic compiles the cell first so a syntax error reads like IPython's own).
 Every transform is inline except the out-of-memory retry point around batch loop bodies (lines
 marked `MARK`); `compile_rewritten` maps every position back to the cell's, so a traceback points
@@ -17,6 +20,7 @@ import types
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import reduce
 
 import libcst as cst
 import libcst.matchers as m
@@ -25,18 +29,25 @@ from .calls import TrainCallTransformer
 from .context import SESSION, Note, RewriteContext
 from .detect import BACKWARD, CodeFacts, read_facts
 from .functions import (
+    MODULE_CODE,
     FunctionSource,
+    Methods,
+    bound_notebook_method,
     called_names,
+    module_code_that_trains,
+    module_notes,
     notebook_function,
-    notebook_methods_with_backward,
+    notebook_method,
 )
 from .loops import BatchLoopTransformer, iterated_names
+from .magics import MagicTransformer, code_of, magic_calls
 from .retry import MARK, RetryTransformer, compile_rewritten
 
 __all__ = [
     "MARK",
     "SESSION",
     "CodeFacts",
+    "FunctionSource",
     "Note",
     "RewriteResult",
     "RewrittenFunction",
@@ -46,26 +57,34 @@ __all__ = [
 ]
 
 MAX_FUNCTION_DEPTH = 3
+GRADIENT_READ = (
+    "reads gradients %%train cannot unscale first: a GradScaler would hand it scaled values, so "
+    "--amp auto does not pick fp16 and --amp fp16 is refused"
+)
 
 
 @dataclass(frozen=True)
 class RewrittenFunction:
-    """A notebook function the cell calls, rewritten for the run."""
+    """A notebook function or method the cell reaches, rewritten for the run."""
 
     original: FunctionSource
     code: str
-    facts: CodeFacts
+    facts: CodeFacts  # lines are the cell's the function was defined in
+    bound_names: tuple[str, ...] = ()  # names holding the method bound (`fit = trainer.fit`)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewriteResult:
-    """The rewritten cell, the notebook functions rewritten with it, and what was done."""
+    """The rewritten cell, the notebook functions rewritten with it, and what was done.
+
+    Immutable: the same result is handed out again for a cell run again unchanged.
+    """
 
     code: str
     facts: CodeFacts
-    functions: dict[str, RewrittenFunction] = field(default_factory=dict)
-    notes: list[Note] = field(default_factory=list)
-    batch_sources: list[str] = field(default_factory=list)
+    functions: tuple[RewrittenFunction, ...] = ()
+    notes: tuple[Note, ...] = ()
+    batch_sources: tuple[str, ...] = ()
 
     @property
     def instrumented(self) -> list[Note]:
@@ -77,18 +96,7 @@ class RewriteResult:
 
     def merged_facts(self) -> CodeFacts:
         """Facts of the cell and of every rewritten function together."""
-        facts = CodeFacts(**vars(self.facts))
-        for fn in self.functions.values():
-            facts.backward_calls += fn.facts.backward_calls
-            facts.own_autocast |= fn.facts.own_autocast
-            facts.own_scaler |= fn.facts.own_scaler
-            facts.autograd_grad |= fn.facts.autograd_grad
-            offset = fn.original.first_line - 1
-            facts.item_lines = (*facts.item_lines, *(n + offset for n in fn.facts.item_lines))
-            line = fn.facts.manual_accumulation_line
-            if facts.manual_accumulation_line is None and line is not None:
-                facts.manual_accumulation_line = line + fn.original.first_line - 1
-        return facts
+        return reduce(CodeFacts.merged, (fn.facts for fn in self.functions), self.facts)
 
 
 def rewrite_source(
@@ -99,36 +107,22 @@ def rewrite_source(
 ) -> tuple[str, CodeFacts]:
     """Rewrite one piece of code (a cell or a function). Raises libcst's ParserSyntaxError.
 
-    `model_lists` names the lists of models or optimizers the code may loop over (see
-    `loops.over_models`)."""
+    The facts' lines are `source`'s own (not moved by `context.line_offset`). `model_lists` names
+    the lists of models or optimizers the code may loop over (see `loops.over_models`).
+    """
     wrapper = cst.MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
     facts = read_facts(wrapper, trainers)
+    for line, code in facts.gradient_reads:
+        context.left_alone(line, code, GRADIENT_READ)
     looped = wrapper.visit(BatchLoopTransformer(context, facts, model_lists))
     called = cst.MetadataWrapper(looped, unsafe_skip_copy=True).visit(TrainCallTransformer(context))
-    return called.visit(RetryTransformer()).code, facts
-
-
-def _reachable_functions(
-    module: cst.Module, namespace: Mapping[str, object]
-) -> dict[str, tuple[FunctionSource, cst.Module, set[str]]]:
-    """Notebook functions the code calls, and those they call, up to MAX_FUNCTION_DEPTH deep."""
-    found: dict[str, tuple[FunctionSource, cst.Module, set[str]]] = {}
-    frontier, _ = called_names(module)
-    for _ in range(MAX_FUNCTION_DEPTH):
-        next_frontier: set[str] = set()
-        for name in sorted(frontier - found.keys() - {SESSION}):
-            fn = notebook_function(name, namespace)
-            if fn is None:
-                continue
-            try:
-                fn_module = cst.parse_module(fn.source)
-            except cst.ParserSyntaxError:
-                continue
-            calls, _ = called_names(fn_module)
-            found[name] = (fn, fn_module, calls)
-            next_frontier |= calls
-        frontier = next_frontier
-    return found
+    retried = called.visit(RetryTransformer())
+    magics = MagicTransformer(
+        context, lambda code, inner: rewrite_source(code, inner, trainers, model_lists)
+    )
+    done = cst.MetadataWrapper(retried, unsafe_skip_copy=True).visit(magics)
+    shift = -context.line_offset
+    return done.code, reduce(CodeFacts.merged, (f.shifted(shift) for f in magics.facts), facts)
 
 
 def _model_lists(modules: list[cst.Module], namespace: Mapping[str, object]) -> frozenset[str]:
@@ -147,60 +141,168 @@ def _model_lists(modules: list[cst.Module], namespace: Mapping[str, object]) -> 
     return frozenset(found)
 
 
-def _trainers(
-    functions: Mapping[str, tuple[FunctionSource, cst.Module, set[str]]],
-) -> frozenset[str]:
-    """Names of the functions that call backward(), directly or through another such function."""
-    trainers = {name for name, (fn, mod, _) in functions.items() if m.findall(mod, BACKWARD)}
-    changed = True
-    while changed:
-        more = {name for name, (_, _, calls) in functions.items() if calls & trainers} - trainers
-        trainers |= more
-        changed = bool(more)
-    return frozenset(trainers)
+def _names_in(module: cst.Module) -> tuple[set[str], Methods]:
+    """What `module` calls, with what its `%time`/`%%time` lines call."""
+    names, methods = called_names(module)
+    for found in magic_calls(module):
+        inner = code_of(found)
+        if inner is not None:
+            more_names, more_methods = called_names(inner)
+            names |= more_names
+            methods |= more_methods
+    return names, methods
 
 
-def _calls_backward(value: object) -> bool:
-    """Whether `value` is a notebook function (closures too) whose source calls backward()."""
-    if not isinstance(value, types.FunctionType) or value.__module__ != "__main__":
-        return False
+Key = str | tuple[type, str]
+
+
+@dataclass
+class _Reached:
+    source: FunctionSource
+    module: cst.Module
+    names: set[str]
+    methods: Methods
+    self_type: type | None  # what `self` is in a method: the instance's class
+    bound_names: list[str] = field(default_factory=list)
+
+
+def _mentions_backward(value: object) -> bool:
     try:
-        return ".backward(" in inspect.getsource(value)
+        return ".backward(" in inspect.getsource(value)  # type: ignore[arg-type]
     except (OSError, TypeError):
         return False
 
 
-def _unreached(module: cst.Module, namespace: Mapping[str, object]) -> Note:
-    """Why no backward() was reached from the cell, as far as the rewrite can tell."""
-    reasons = []
-    if m.findall(module, m.Attribute(attr=m.Name("run_line_magic") | m.Name("run_cell_magic"))):
-        reasons.append("a %magic runs its code from a string")
-    names, _ = called_names(module)
-    for name in sorted(names):
-        fn = namespace.get(name)
-        if isinstance(fn, types.FunctionType) and fn.__closure__ and _calls_backward(fn):
-            reasons.append(f"{name} is a closure (not rewritten)")
-    passed = {
-        arg.value.value
-        for call in m.findall(module, m.Call())
-        if isinstance(call, cst.Call)
-        for arg in call.args
-        if isinstance(arg.value, cst.Name)
-    }
-    reasons += [
-        f"{name} is passed as an argument (the code that calls it is not rewritten)"
-        for name in sorted(passed)
-        if _calls_backward(namespace.get(name))
-    ]
-    found = "; ".join(reasons) or (
-        f"none in the cell or the notebook functions it calls ({MAX_FUNCTION_DEPTH} deep)"
-    )
-    return Note(
-        "left alone",
-        "cell",
-        "no backward() reached",
-        f"{found}; optimizer hooks still count the steps",
-    )
+class _Reach:
+    """Notebook functions and methods the code calls, and those they call, a few levels deep."""
+
+    def __init__(self, namespace: _RecordingNamespace, handed: frozenset[object]) -> None:
+        self.namespace = namespace
+        self.handed = handed
+        self.found: dict[Key, _Reached] = {}
+        self.notes: list[Note] = []
+        self._noted: set[str] = set()
+
+    def run(self, names: set[str], methods: Methods) -> None:
+        frontier: list[tuple[set[str], Methods, type | None, type | None, str]] = [
+            (names, methods, None, None, "cell")
+        ]
+        for _ in range(MAX_FUNCTION_DEPTH):
+            before = set(self.found)
+            for calls, pairs, self_type, owner, origin in frontier:
+                self.notes += module_notes(calls, pairs, self.namespace.peek, origin)
+                for name in sorted(calls - {SESSION}):
+                    self._function(name)
+                for obj, attr in sorted(pairs):
+                    if obj == "super()":
+                        self._super_method(self_type, owner, attr)
+                        continue
+                    cls = self_type if obj == "self" else self.namespace.type_of(obj)
+                    if cls is not None and not issubclass(cls, types.ModuleType):
+                        self._method(cls, attr, cls)
+            frontier = [
+                (
+                    r.names,
+                    r.methods,
+                    r.self_type,
+                    r.source.owner,
+                    f"{r.source.kind} {r.source.name}",
+                )
+                for key, r in self.found.items()
+                if key not in before
+            ]
+
+    def _skipped(self, what: str, value: object, why: str) -> None:
+        if what not in self._noted and _mentions_backward(value):
+            self._noted.add(what)
+            self.notes.append(Note("left alone", what, "its training calls", why))
+
+    def _function(self, name: str) -> None:
+        if name in self.found:
+            return
+        if not isinstance(self.namespace.peek(name), types.FunctionType | types.MethodType):
+            # Only the type matters (the loop variables a cell passes around change every run).
+            self.namespace.type_of(name)
+            return
+        value = self.namespace.get(name)
+        fn = notebook_function(name, self.namespace, self.handed)
+        if fn is None and isinstance(value, types.MethodType):
+            method = bound_notebook_method(value)
+            if isinstance(method, FunctionSource):
+                assert method.owner is not None
+                reached = self._add((method.owner, method.attr), method, type(value.__self__))
+                if reached is not None and name not in reached.bound_names:
+                    reached.bound_names.append(name)
+                return
+            fn = method
+        if isinstance(fn, str):
+            self._skipped(f"function {name}", value, f"not rewritten: {fn}")
+        elif fn is not None:
+            self._add(name, fn, None)
+
+    def _super_method(self, self_type: type | None, owner: type | None, attr: str) -> None:
+        """`super().attr()` in a method of `owner`: the next class along the instance's MRO."""
+        if self_type is None or owner is None or owner not in self_type.__mro__:
+            return
+        after = self_type.__mro__[self_type.__mro__.index(owner) + 1 :]
+        for cls in after:
+            if attr in vars(cls):
+                self._method(cls, attr, self_type)
+                return
+
+    def _method(self, cls: type, attr: str, self_type: type) -> None:
+        method = notebook_method(cls, attr)
+        if isinstance(method, str):
+            self._skipped(
+                f"method {cls.__name__}.{attr}", getattr(cls, attr), f"not rewritten: {method}"
+            )
+        elif method is not None:
+            assert method.owner is not None
+            self.namespace.methods.append((method.owner, attr, method.function))
+            self._add((method.owner, attr), method, self_type)
+        else:
+            filename = module_code_that_trains(getattr(cls, attr, None))
+            what = f"method {cls.__name__}.{attr}"
+            if filename is not None and what not in self._noted:
+                self._noted.add(what)
+                self.notes.append(Note("left alone", what, f"from {filename}", MODULE_CODE))
+
+    def _add(self, key: Key, fn: FunctionSource, self_type: type | None) -> _Reached | None:
+        if key in self.found:
+            return self.found[key]
+        try:
+            module = cst.parse_module(fn.source)
+        except cst.ParserSyntaxError:
+            return None
+        names, methods = _names_in(module)
+        self.found[key] = _Reached(fn, module, names, methods, self_type)
+        return self.found[key]
+
+    def trainers(self) -> frozenset[str]:
+        """Names of what calls backward(), directly or through another such function.
+
+        Functions by their names (and the names holding a bound method), methods as `.name`.
+        """
+
+        def names_of(r: _Reached) -> set[str]:
+            if r.source.owner is None:
+                return {r.source.name}
+            return {f".{r.source.attr}", *r.bound_names}
+
+        def calls_of(r: _Reached) -> set[str]:
+            return r.names | {f".{attr}" for _, attr in r.methods}
+
+        reached = list(self.found.values())
+        trainers: set[str] = set()
+        for r in reached:
+            if m.findall(r.module, BACKWARD):
+                trainers |= names_of(r)
+        changed = True
+        while changed:
+            more = set().union(*(names_of(r) for r in reached if calls_of(r) & trainers))
+            changed = bool(more - trainers)
+            trainers |= more
+        return frozenset(trainers)
 
 
 class _RecordingNamespace(Mapping[str, object]):
@@ -210,6 +312,7 @@ class _RecordingNamespace(Mapping[str, object]):
         self._namespace = namespace
         self.looked_up: dict[str, object] = {}
         self.types: dict[str, type | None] = {}
+        self.methods: list[tuple[type, str, object]] = []  # (class, name, the function found)
 
     def __getitem__(self, key: str) -> object:
         value = self._namespace[key]
@@ -221,6 +324,10 @@ class _RecordingNamespace(Mapping[str, object]):
         self.looked_up[key] = value
         return value
 
+    def peek(self, key: str) -> object:
+        """The value, not remembered: for what only its type (`type_of`) decides."""
+        return self._namespace.get(key)
+
     def type_of(self, key: str) -> type | None:
         value = self._namespace.get(key)
         self.types[key] = None if value is None else type(value)
@@ -229,6 +336,8 @@ class _RecordingNamespace(Mapping[str, object]):
     def still_valid(self, namespace: Mapping[str, object]) -> bool:
         """Whether `namespace` still holds the same functions and the same types of objects."""
         if any(namespace.get(k) is not v for k, v in self.looked_up.items()):
+            return False
+        if any(vars(cls).get(attr) is not fn for cls, attr, fn in self.methods):
             return False
         return all(
             (None if (v := namespace.get(k)) is None else type(v)) is t
@@ -244,62 +353,74 @@ class _RecordingNamespace(Mapping[str, object]):
 
 # Re-running a cell is the common case (tweak a hyperparameter, run again): its rewrite is reused
 # while every name the rewrite looked up still names the same object.
-_CACHE: OrderedDict[str, tuple[RewriteResult, _RecordingNamespace]] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, frozenset[object]], tuple[RewriteResult, _RecordingNamespace]] = (
+    OrderedDict()
+)
 _CACHE_SIZE = 64
 
 
-def rewrite_cell(source: str, namespace: Mapping[str, object] | None = None) -> RewriteResult:
-    """Rewrite a `%%train` cell and the notebook functions it calls (looked up in `namespace`)."""
+def clear_cache() -> None:
+    """Forget every cached rewrite (tests start from a clean state)."""
+    _CACHE.clear()
+
+
+def rewrite_cell(
+    source: str,
+    namespace: Mapping[str, object] | None = None,
+    handed: frozenset[object] = frozenset(),
+) -> RewriteResult:
+    """Rewrite a `%%train` cell and the notebook functions and methods it reaches.
+
+    They are looked up in `namespace`; functions in `handed` (given to `train()`) are rewritten
+    wherever they were defined.
+    """
     if namespace is None:
-        return _rewrite_cell(source, None)
-    cached = _CACHE.get(source)
+        return _rewrite_cell(source, None, handed)
+    key = (source, handed)
+    cached = _CACHE.get(key)
     if cached is not None and cached[1].still_valid(namespace):
-        _CACHE.move_to_end(source)
+        _CACHE.move_to_end(key)
         return cached[0]
     recorder = _RecordingNamespace(namespace)
-    result = _rewrite_cell(source, recorder)
-    _CACHE[source] = (result, recorder)
+    result = _rewrite_cell(source, recorder, handed)
+    _CACHE[key] = (result, recorder)
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return result
 
 
-def _rewrite_cell(source: str, namespace: _RecordingNamespace | None) -> RewriteResult:
+def _rewrite_cell(
+    source: str, namespace: _RecordingNamespace | None, handed: frozenset[object]
+) -> RewriteResult:
     context = RewriteContext()
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
         context.left_alone(exc.raw_line, "the whole cell", f"libcst cannot parse it: {exc.message}")
-        return RewriteResult(source, CodeFacts(), notes=context.notes)
-    functions = _reachable_functions(module, namespace) if namespace is not None else {}
-    trainers = _trainers(functions)
+        return RewriteResult(source, CodeFacts(), notes=tuple(context.notes))
+    reach = _Reach(namespace, handed) if namespace is not None else None
+    if reach is not None:
+        reach.run(*_names_in(module))
+    trainers = reach.trainers() if reach is not None else frozenset()
     model_lists = (
-        _model_lists([module, *(fn_module for _, fn_module, _ in functions.values())], namespace)
-        if namespace is not None
+        _model_lists([module, *(r.module for r in reach.found.values())], namespace)
+        if reach is not None and namespace is not None
         else frozenset()
     )
     code, facts = rewrite_source(source, context, trainers, model_lists)
-    result = RewriteResult(
-        code, facts, notes=context.sorted_notes(), batch_sources=context.batch_sources
-    )
-    if namespace is not None:
-        _, methods = called_names(module)
-        for qualname in notebook_methods_with_backward(methods, namespace.type_of):
-            result.notes.append(
-                Note(
-                    "left alone",
-                    "cell",
-                    f"method {qualname}",
-                    "methods are not rewritten; optimizer hooks still count its steps",
-                )
-            )
-    if namespace is not None and not trainers and not facts.backward_calls and not result.notes:
-        result.notes.append(_unreached(module, namespace))
-    for name, (fn, _, _) in functions.items():
-        fn_context = RewriteContext(origin=f"function {name}", line_offset=fn.first_line - 1)
-        new_source, fn_facts = rewrite_source(fn.source, fn_context, trainers, model_lists)
+    notes = [*context.sorted_notes(), *(reach.notes if reach is not None else ())]
+    batch_sources = list(context.batch_sources)
+    functions = []
+    for r in reach.found.values() if reach is not None else ():
+        fn = r.source
+        fn_context = RewriteContext(f"{fn.kind} {fn.name}", line_offset=fn.first_line - 1)
+        try:
+            new_source, fn_facts = rewrite_source(fn.source, fn_context, trainers, model_lists)
+        except cst.ParserSyntaxError:
+            continue
         if any(n.kind == "instrumented" for n in fn_context.notes):
-            result.functions[name] = RewrittenFunction(fn, new_source, fn_facts)
-            result.notes.extend(fn_context.sorted_notes())
-            result.batch_sources.extend(fn_context.batch_sources)
-    return result
+            shifted = fn_facts.shifted(fn.first_line - 1)
+            functions.append(RewrittenFunction(fn, new_source, shifted, tuple(r.bound_names)))
+            notes.extend(fn_context.sorted_notes())
+            batch_sources.extend(fn_context.batch_sources)
+    return RewriteResult(code, facts, tuple(functions), tuple(notes), tuple(batch_sources))

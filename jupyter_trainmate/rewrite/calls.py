@@ -2,10 +2,11 @@
 Training calls: `backward()`, `step()`, `zero_grad()` and gradient clipping go through the session.
 
 `loss.backward()` becomes `__trainmate__.backward(loss)`, `x.step(...)` becomes
-`__trainmate__.step(x, ...)`, and so on. The session decides at run time what each receiver is
-(an optimizer, a scheduler, a GradScaler or something else entirely, such as a gym environment)
-and passes anything it does not own straight through, so a rewrite never changes what unknown
-code does. Every change is inline: line numbers do not move.
+`__trainmate__.step(x, ...)`, and so on; torch's deprecated `clip_grad_norm` goes through the
+session's `clip_grad_norm_`, as torch's own does. The session decides at run time what each
+receiver is (an optimizer, a scheduler, a GradScaler or something else entirely, such as a gym
+environment) and passes anything it does not own straight through, so a rewrite never changes
+what unknown code does. Every change is inline: line numbers do not move.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import libcst as cst
 import libcst.matchers as m
 
 from .context import SESSION, RewriteContext
+from .detect import CLIP
 
 METHODS = {"backward", "step", "zero_grad"}
-CLIP = {"clip_grad_norm_", "clip_grad_value_"}
 
 
 def _session_call(method: str, args: list[cst.Arg]) -> cst.Call:
@@ -44,5 +45,5 @@ class TrainCallTransformer(cst.CSTTransformer):
         name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
         if name in CLIP:
             self.context.instrumented(line, f"{name}()", "unscaled first under fp16, on real steps")
-            return _session_call(str(name), list(updated_node.args))
+            return _session_call(CLIP[str(name)], list(updated_node.args))
         return updated_node

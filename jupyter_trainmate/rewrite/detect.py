@@ -6,36 +6,89 @@ body (not counting nested function definitions), directly or through a notebook 
 trains, or when its body steps an optimizer with a closure defined in the code that calls
 `.backward()` (`lbfgs.step(closure)`); the code brings its own mixed precision when it
 names `autocast` or `GradScaler`; it accumulates by hand when an `if` on a `%` test guards an
-optimizer `step()`.
+optimizer `step()`; it reads gradients the session cannot unscale first (`p.grad`, clipping under
+a name it does not know), which rules out fp16 with a GradScaler.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import libcst as cst
 import libcst.matchers as m
 
 BACKWARD = m.Call(func=m.Attribute(attr=m.Name("backward")))
 STEP = m.Call(func=m.Attribute(attr=m.Name("step")))
+# Gradient clipping the session runs itself (unscaled first under fp16). `clip_grad_norm` is
+# torch's deprecated name for `clip_grad_norm_`, still common in notebooks.
+CLIP = {"clip_grad_norm_": "clip_grad_norm_", "clip_grad_norm": "clip_grad_norm_"}
+CLIP["clip_grad_value_"] = "clip_grad_value_"
+# Calls on a gradient that do not read its values: fine on scaled gradients.
+_HARMLESS_ON_GRAD = {"zero_", "detach_", "requires_grad_"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class CodeFacts:
     """What a read of the code found (node sets hold libcst nodes by identity)."""
 
-    training_loops: set[cst.CSTNode] = field(default_factory=set)
-    training_comprehensions: set[cst.CSTNode] = field(default_factory=set)
+    training_loops: frozenset[cst.CSTNode] = frozenset()
+    training_comprehensions: frozenset[cst.CSTNode] = frozenset()
     backward_calls: int = 0
     own_autocast: bool = False
     own_scaler: bool = False
     manual_accumulation_line: int | None = None
     autograd_grad: bool = False
     item_lines: tuple[int, ...] = ()  # `.item()` calls inside training loops (host syncs)
+    # Code that reads gradients where the rewrite cannot unscale them first: `p.grad` reads and
+    # clipping it does not know, as (line, code). A GradScaler would hand them scaled values.
+    gradient_reads: tuple[tuple[int, str], ...] = ()
 
     @property
     def own_amp(self) -> bool:
         return self.own_autocast or self.own_scaler
+
+    def shifted(self, offset: int) -> CodeFacts:
+        """The same facts with every line moved down by `offset` (a function in its cell)."""
+        line = self.manual_accumulation_line
+        return replace(
+            self,
+            manual_accumulation_line=None if line is None else line + offset,
+            item_lines=tuple(n + offset for n in self.item_lines),
+            gradient_reads=tuple((n + offset, text) for n, text in self.gradient_reads),
+        )
+
+    def merged(self, other: CodeFacts) -> CodeFacts:
+        """Facts of this code and `other` run together (a cell and a function it calls)."""
+        line = self.manual_accumulation_line
+        return replace(
+            self,
+            backward_calls=self.backward_calls + other.backward_calls,
+            own_autocast=self.own_autocast or other.own_autocast,
+            own_scaler=self.own_scaler or other.own_scaler,
+            autograd_grad=self.autograd_grad or other.autograd_grad,
+            item_lines=(*self.item_lines, *other.item_lines),
+            manual_accumulation_line=other.manual_accumulation_line if line is None else line,
+            gradient_reads=(*self.gradient_reads, *other.gradient_reads),
+        )
+
+
+def _callee_name(func: cst.BaseExpression) -> str | None:
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return None
+
+
+def _is_grad(node: cst.BaseExpression) -> bool:
+    """`x.grad` or `x.grad.data`, but not `torch.autograd.grad` (a function)."""
+    if isinstance(node, cst.Attribute) and node.attr.value == "data":
+        node = node.value
+    return (
+        isinstance(node, cst.Attribute)
+        and node.attr.value == "grad"
+        and _callee_name(node.value) != "autograd"
+    )
 
 
 class _FactsVisitor(cst.CSTVisitor):
@@ -43,13 +96,24 @@ class _FactsVisitor(cst.CSTVisitor):
 
     def __init__(self, trainers: frozenset[str]) -> None:
         super().__init__()
-        self.facts = CodeFacts()
         self._trainers = trainers
-        self._items: list[tuple[int, cst.CSTNode]] = []  # (line, innermost loop)
-        self._step_loops: set[cst.CSTNode] = set()  # innermost loops around a backward()
+        self.training_loops: set[cst.CSTNode] = set()
+        self.training_comprehensions: set[cst.CSTNode] = set()
+        self.backward_calls = 0
+        self.own_autocast = False
+        self.own_scaler = False
+        self.manual_accumulation_line: int | None = None
+        self.autograd_grad = False
+        self.gradient_reads: list[tuple[int, str]] = []
+        self._not_reads: set[int] = set()  # ids of `.grad` nodes written, tested or zeroed
+        self.items: list[tuple[int, cst.CSTNode]] = []  # (line, innermost loop)
+        self.step_loops: set[cst.CSTNode] = set()  # innermost loops around a backward()
         self._loops: list[cst.CSTNode] = []
         self._saved: list[list[cst.CSTNode]] = []
         self._closures: set[str] = set()  # functions defined here that call backward()
+
+    def _line(self, node: cst.CSTNode) -> int:
+        return int(self.get_metadata(cst.metadata.PositionProvider, node).start.line)
 
     # A nested def or lambda starts a fresh loop stack: its body runs when called, not in the loop.
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -73,22 +137,35 @@ class _FactsVisitor(cst.CSTVisitor):
     def leave_While(self, original_node: cst.While) -> None:
         self._loops.pop()
 
+    def _steps_a_closure(self, node: cst.Call) -> bool:
+        """`lbfgs.step(closure)` where `closure` is defined here and calls backward()."""
+        return (
+            m.matches(node, STEP)
+            and bool(node.args)
+            and isinstance(node.args[0].value, cst.Name)
+            and node.args[0].value.value in self._closures
+        )
+
+    def _calls_trainer(self, node: cst.Call) -> bool:
+        """A call of a notebook function (`f()`) or method (`.f()`) that trains."""
+        func = node.func
+        if isinstance(func, cst.Name):
+            return func.value in self._trainers
+        return isinstance(func, cst.Attribute) and f".{func.attr.value}" in self._trainers
+
     def _trains(self, node: cst.CSTNode) -> bool:
         """Whether `node` holds a backward() or a call to a notebook function that trains."""
         if m.findall(node, BACKWARD):
             return True
-        calls = m.findall(node, m.Call(func=m.Name()))
         return any(
-            c.func.value in self._trainers
-            for c in calls
-            if isinstance(c, cst.Call) and isinstance(c.func, cst.Name)
+            isinstance(c, cst.Call) and self._calls_trainer(c) for c in m.findall(node, m.Call())
         )
 
     def _comprehension(
         self, node: cst.ListComp | cst.SetComp | cst.GeneratorExp | cst.DictComp
     ) -> None:
         if self._trains(node):
-            self.facts.training_comprehensions.add(node)
+            self.training_comprehensions.add(node)
 
     def visit_ListComp(self, node: cst.ListComp) -> None:
         self._comprehension(node)
@@ -104,53 +181,72 @@ class _FactsVisitor(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._loops and m.matches(node, m.Call(func=m.Attribute(attr=m.Name("item")))):
-            pos = self.get_metadata(cst.metadata.PositionProvider, node)
-            self._items.append((pos.start.line, self._loops[-1]))
-        trains = (
-            m.matches(node, BACKWARD)
-            or (isinstance(node.func, cst.Name) and node.func.value in self._trainers)
-            or (
-                m.matches(node, STEP)
-                and bool(node.args)
-                and isinstance(node.args[0].value, cst.Name)
-                and node.args[0].value.value in self._closures
-            )
-        )
-        if m.matches(node, BACKWARD):
-            self.facts.backward_calls += 1
-        if trains:
-            self.facts.training_loops.update(self._loops)
+            self.items.append((self._line(node), self._loops[-1]))
+        is_backward = m.matches(node, BACKWARD)
+        if is_backward:
+            self.backward_calls += 1
+        if is_backward or self._calls_trainer(node) or self._steps_a_closure(node):
+            self.training_loops.update(self._loops)
             if self._loops:
-                self._step_loops.add(self._loops[-1])
+                self.step_loops.add(self._loops[-1])
         if m.matches(node.func, m.Attribute(value=m.Name("autograd"), attr=m.Name("grad"))):
-            self.facts.autograd_grad = True
+            self.autograd_grad = True
+        func = node.func
+        harmless = isinstance(func, cst.Attribute) and func.attr.value in _HARMLESS_ON_GRAD
+        if harmless and isinstance(func, cst.Attribute) and _is_grad(func.value):
+            self._not_reads.add(id(func.value))
+        name = _callee_name(func)
+        if name is not None and "clip_grad" in name and name not in CLIP:
+            self.gradient_reads.append((self._line(node), f"{name}()"))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._not_reads.add(id(node.target))  # `p.grad = None`
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._not_reads.add(id(node.target))
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        if any(m.matches(c.comparator, m.Name("None")) for c in node.comparisons):
+            self._not_reads.add(id(node.left))  # `p.grad is None`
 
     def visit_Name(self, node: cst.Name) -> None:
         if node.value == "autocast":
-            self.facts.own_autocast = True
+            self.own_autocast = True
         elif node.value == "GradScaler":
-            self.facts.own_scaler = True
+            self.own_scaler = True
 
-    def visit_Attribute(self, node: cst.Attribute) -> None:
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
         self.visit_Name(node.attr)
+        if _is_grad(node):
+            if id(node) not in self._not_reads:
+                code = cst.Module([]).code_for_node(node)
+                self.gradient_reads.append((self._line(node), code))
+            return False  # `p.grad.data` is one read
+        return True
 
     def visit_If(self, node: cst.If) -> None:
         has_modulo = m.findall(node.test, m.BinaryOperation(operator=m.Modulo()))
-        if (
-            has_modulo
-            and m.findall(node.body, STEP)
-            and self.facts.manual_accumulation_line is None
-        ):
-            pos = self.get_metadata(cst.metadata.PositionProvider, node)
-            self.facts.manual_accumulation_line = pos.start.line
+        if has_modulo and m.findall(node.body, STEP) and self.manual_accumulation_line is None:
+            self.manual_accumulation_line = self._line(node)
 
 
 def read_facts(wrapper: cst.MetadataWrapper, trainers: frozenset[str] = frozenset()) -> CodeFacts:
-    """Read `wrapper`'s code; calls to the notebook functions named in `trainers` count as training."""
-    visitor = _FactsVisitor(trainers)
-    wrapper.visit(visitor)
-    facts = visitor.facts
+    """Read `wrapper`'s code; calls to the notebook functions named in `trainers` count as training.
+
+    `trainers` holds function names (`train_step`) and method names after a dot (`.fit`).
+    """
+    v = _FactsVisitor(trainers)
+    wrapper.visit(v)
     # Per-step .item() calls: in the same innermost loop as a backward() (not once per epoch).
-    steps = visitor._step_loops
-    facts.item_lines = tuple(sorted({line for line, loop in visitor._items if loop in steps}))
-    return facts
+    items = tuple(sorted({line for line, loop in v.items if loop in v.step_loops}))
+    return CodeFacts(
+        training_loops=frozenset(v.training_loops),
+        training_comprehensions=frozenset(v.training_comprehensions),
+        backward_calls=v.backward_calls,
+        own_autocast=v.own_autocast,
+        own_scaler=v.own_scaler,
+        manual_accumulation_line=v.manual_accumulation_line,
+        autograd_grad=v.autograd_grad,
+        item_lines=items,
+        gradient_reads=tuple(v.gradient_reads),
+    )

@@ -54,8 +54,27 @@ class AmpPolicy:
         return torch.amp.GradScaler(self.device_type) if self.needs_scaler else None
 
 
-def resolve_amp(mode: str, device: torch.device) -> AmpPolicy:
-    """Turn `--amp MODE` into a policy for `device`; a mode the device cannot run is an error."""
+def resolve_amp(mode: str, device: torch.device, reads_gradients: str | None = None) -> AmpPolicy:
+    """Turn `--amp MODE` into a policy for `device`; a mode the device cannot run is an error.
+
+    `reads_gradients` names code that reads gradients where they cannot be unscaled first (a
+    `p.grad` read, a clipping function the rewrite does not know): a GradScaler would hand it
+    scaled gradients (clipping them at a norm thousands of times too large), so fp16 is refused.
+    """
+    policy = _resolve_amp(mode, device)
+    if policy.needs_scaler and reads_gradients is not None:
+        if mode == "fp16":
+            raise TrainmateError(
+                f"--amp fp16: {reads_gradients} reads gradients a GradScaler would leave scaled; "
+                "use --amp bf16 or --amp off"
+            )
+        return AmpPolicy(
+            "off", policy.device_type, f"auto: fp16 would scale what {reads_gradients} reads"
+        )
+    return policy
+
+
+def _resolve_amp(mode: str, device: torch.device) -> AmpPolicy:
     if mode not in AMP_MODES:
         raise TrainmateError(f"--amp {mode}: choose one of {', '.join(AMP_MODES)}")
     kind = device.type

@@ -16,6 +16,7 @@ import contextlib
 import itertools
 import math
 import time
+import types
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -62,6 +63,19 @@ def params_device(namespace: Mapping[str, object]) -> torch.device | None:
             for p in value.parameters():
                 return torch.device(p.device)
     return None
+
+
+def _optimizers_in(namespace: Mapping[str, object]) -> dict[int, torch.optim.Optimizer]:
+    """The optimizers the namespace holds, and those its objects hold as attributes."""
+    found: dict[int, torch.optim.Optimizer] = {}
+    for value in namespace.values():
+        if isinstance(value, types.ModuleType | type):
+            continue
+        inner = getattr(value, "__dict__", None)
+        for item in (value, *(inner.values() if isinstance(inner, dict) else ())):
+            if isinstance(item, torch.optim.Optimizer):
+                found[id(item)] = item
+    return found
 
 
 class _CounterLoop:
@@ -131,6 +145,7 @@ class TrainSession:
         saw_backward: bool = True,
         instrumented: tuple[str, ...] = (),
         left_alone: tuple[str, ...] = (),
+        reads_gradients: str | None = None,
     ) -> None:
         self.options = options
         self._namespace = namespace
@@ -151,7 +166,7 @@ class TrainSession:
                 "off", self.device.type, "the cell brings its own autocast/GradScaler"
             )
         else:
-            self.amp = resolve_amp(options.amp, self.device)
+            self.amp = resolve_amp(options.amp, self.device, reads_gradients)
         # A scaler only where the rewrite routes backward(): scaling gradients it never saw would
         # make the unscale in step() divide unscaled gradients.
         self.scaler = self.amp.grad_scaler() if saw_backward else None
@@ -799,9 +814,18 @@ class TrainSession:
             return torch.nn.utils.clip_grad_norm_(params, math.inf)  # the norm, nothing clipped
         if self.scaler is not None:
             ids = {id(p) for p in params}
-            for optimizer in self._stepping.values():
-                if any(id(p) in ids for g in optimizer.param_groups for p in g["params"]):
-                    self._unscale(optimizer)
+
+            # Before the first optimizer step `_stepping` is empty: the notebook's optimizers
+            # (and its objects' own, `trainer.opt`) must be unscaled too, or the first clip
+            # reads scaled gradients.
+            def owns(o: torch.optim.Optimizer) -> bool:
+                return any(id(p) in ids for g in o.param_groups for p in g["params"])
+
+            owners = [o for o in self._stepping.values() if owns(o)]
+            if not owners:
+                owners = [o for o in _optimizers_in(self._namespace).values() if owns(o)]
+            for optimizer in owners:
+                self._unscale(optimizer)
         return fn(params, *args, **kwargs)
 
     def clip_grad_norm_(self, parameters: Any, *args: Any, **kwargs: Any) -> Any:

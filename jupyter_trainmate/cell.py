@@ -1,0 +1,67 @@
+"""
+A `%%train` cell as IPython knows it: its name in tracebacks (`Cell In[5]`), and tracebacks that
+start at the user's code.
+
+IPython runs a cell magic from a line it writes itself,
+`get_ipython().run_cell_magic('train', '', '<the whole cell>')`: left alone, a traceback shows
+that line (the cell as one string) and then the magic's frames before the user's. And IPython
+counts `execution_count` up before the cell runs, so the count at the time the magic runs names
+the next cell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from types import FrameType
+from typing import Any
+
+from IPython.core.interactiveshell import InteractiveShell
+
+
+def running_cell_number(ip: InteractiveShell) -> int:
+    """The number IPython gave the cell now running (`In[N]`).
+
+    The frame that runs `get_ipython().run_cell_magic(...)` is compiled under the running cell's
+    name, and IPython's compiler maps that name to the number.
+    """
+    known: dict[str, int] = getattr(ip.compile, "_filename_map", {})
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        number = known.get(frame.f_code.co_filename)
+        if number is not None:
+            return number
+        frame = frame.f_back
+    return int(ip.execution_count)
+
+
+def register_cell(ip: InteractiveShell, cell: str, source: str) -> str:
+    """Register the cell's code with IPython under the running cell's number; its file name.
+
+    The lines registered are `source` (the cell as IPython transformed it, what runs), as IPython
+    does for its own cells, so traceback lines match the code.
+    """
+    return str(ip.compile.cache(source, running_cell_number(ip), raw_code=cell))
+
+
+def traceback_from_cell(exc: BaseException, filename: str, ip: InteractiveShell) -> None:
+    """Have IPython show `exc`'s traceback from the cell's own code on (`filename`'s frames).
+
+    Uses IPython's `_render_traceback_` protocol, on this exception only; an exception that
+    renders itself already, or never passed through the cell's code, is left as it is.
+    """
+    if hasattr(exc, "_render_traceback_"):
+        return
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
+        tb = tb.tb_next
+    if tb is None:
+        return
+
+    def render() -> list[str]:
+        formatter: Any = ip.InteractiveTB
+        return list(formatter.structured_traceback(type(exc), exc, tb, tb_offset=0))
+
+    # An exception class with __slots__ takes no attribute: IPython's own traceback then.
+    with contextlib.suppress(AttributeError):
+        exc._render_traceback_ = render  # type: ignore[attr-defined]
