@@ -1,6 +1,9 @@
 """
 Train PyTorch models in Jupyter: fast, observable and clean enough to ship.
 
+This page is the user guide; [the how-to pages](howto.html) answer the first hour's questions
+(which option when, what `--show` says, troubleshooting), from `docs/howto.md` in the repository.
+
 ## `%%train`: your loop, instrumented
 
 ```python
