@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,9 @@ from typing import Any
 import psutil
 
 from .files import write_text_atomically
+from .notebook import (
+    notebook_path as notebook_path,  # moved to `notebook`; magic.py imports it here
+)
 from .summary import RunProgress
 
 STATUS_SUBDIR = "trainmate-runs"
@@ -30,12 +32,6 @@ def status_dir(runtime_dir: str | None = None) -> Path:
 
         runtime_dir = jupyter_runtime_dir()
     return Path(runtime_dir) / STATUS_SUBDIR
-
-
-def notebook_path(namespace: Mapping[str, object]) -> str | None:
-    """The notebook a kernel runs, as the Jupyter server told it (None in a plain IPython)."""
-    path = os.environ.get("JPY_SESSION_NAME") or namespace.get("__session__")
-    return str(path) if path else None
 
 
 class StatusWriter:

@@ -1,0 +1,153 @@
+"""
+Optimizer and scheduler steps of a run: accumulation windows and micro-batches (a step only at
+the window's end), the guards' dropped updates, `--clip`, and the GradScaler's bookkeeping
+(unscale once per optimizer and iteration, update once per iteration, skipped steps counted).
+
+Real optimizer steps are counted by the optimizer step hook the session registers (see
+`count_step`): it sees steps the rewrite cannot, and costs one dict update.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.optim.lr_scheduler import LRScheduler
+
+from ..errors import TrainmateError
+from .accumulation import Accumulation
+from .guarding import Guards
+from .oom import OutOfMemoryRetry
+
+
+class Stepping:
+    """Decides and makes the optimizer and scheduler steps of one run."""
+
+    def __init__(
+        self,
+        scaler: torch.amp.GradScaler | None,
+        accumulation: Accumulation,
+        micro: OutOfMemoryRetry,
+        guards: Guards,
+        clip: float | None,
+    ) -> None:
+        self.scaler = scaler
+        self._accumulation = accumulation
+        self._micro = micro
+        self._guards = guards
+        self._clip_norm = clip
+        self.counts: defaultdict[int, int] = defaultdict(int)  # real steps, by id(optimizer)
+        self.optimizers: dict[int, torch.optim.Optimizer] = {}  # those stepped through the session
+        self.skipped = 0  # steps the GradScaler skipped (inf/NaN gradients)
+        self._sched_last: dict[int, int] = {}
+        self._unscaled: set[int] = set()
+        self._update_pending = False
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def count_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.counts[id(optimizer)] += 1
+
+    def at_boundary(self) -> bool:
+        """Whether the optimizer step that follows is a real one (window and batch complete)."""
+        return self._micro.last_part and self._accumulation.complete()
+
+    def _deferred(self) -> bool:
+        """An optimizer step now would fall inside an accumulation window or a split batch."""
+        return (self._accumulation.every > 1 or self._micro.count > 1) and not self.at_boundary()
+
+    # -- GradScaler ------------------------------------------------------------------------------
+
+    def before_scale(self) -> None:
+        """Once per iteration, before the next scale(): every optimizer stepped with one scale."""
+        if self._update_pending and self.scaler is not None:
+            self.scaler.update()
+            self._update_pending = False
+            self._unscaled.clear()
+
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.scaler is not None and id(optimizer) not in self._unscaled:
+            self.scaler.unscale_(optimizer)
+            self._unscaled.add(id(optimizer))
+
+    def forget_unscale(self) -> None:
+        """After out-of-memory: the failed attempt's unscale_ must not count for the retry."""
+        if self.scaler is not None and self._unscaled:
+            self.scaler.update()
+            self._unscaled.clear()
+            self._update_pending = False
+
+    def finish(self) -> None:
+        if self._update_pending and self.scaler is not None:
+            self.scaler.update()
+            self._update_pending = False
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    def clip(self, fn: Callable[..., Any], parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        if self._deferred():
+            return torch.nn.utils.clip_grad_norm_(params, math.inf)  # the norm, nothing clipped
+        if self.scaler is not None:
+            ids = {id(p) for p in params}
+            for optimizer in self.optimizers.values():
+                if any(id(p) in ids for g in optimizer.param_groups for p in g["params"]):
+                    self.unscale(optimizer)
+        return fn(params, *args, **kwargs)
+
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        self.optimizers.setdefault(id(optimizer), optimizer)
+        if self._accumulation.every > 1 and len(self.optimizers) > 1:
+            raise TrainmateError(
+                "--accumulate works with one optimizer; this loop steps several (accumulate by hand)"
+            )
+        if args or kwargs:  # a closure (LBFGS): it runs forward and backward itself
+            return optimizer.step(*args, **kwargs)
+        if self._deferred():
+            return None
+        guards = self._guards
+        if guards.take_dropped_update():
+            optimizer.zero_grad(set_to_none=True)
+            return None
+        if guards.watch_spikes:
+            self.unscale(optimizer)  # norms of real gradients, not of GradScaler-scaled ones
+            if guards.spike_drops(optimizer):
+                optimizer.zero_grad(set_to_none=True)
+                return None
+        if self._clip_norm is not None:
+            self.unscale(optimizer)
+            params = [p for g in optimizer.param_groups for p in g["params"]]
+            torch.nn.utils.clip_grad_norm_(params, self._clip_norm)
+        result = None
+        if self.scaler is not None:
+            before = self.counts.get(id(optimizer), 0)
+            result = self.scaler.step(optimizer)
+            self._update_pending = True
+            if self.counts.get(id(optimizer), 0) == before:
+                self.skipped += 1  # inf/NaN gradients: GradScaler skipped the update
+        else:
+            result = optimizer.step()
+        self._accumulation.pending = 0
+        return result
+
+    def scheduler_step(
+        self, scheduler: LRScheduler, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        real = self.counts.get(id(scheduler.optimizer), 0)
+        if self.scaler is None and self._accumulation.every == 1 and self._micro.count == 1:
+            self._sched_last[id(scheduler)] = real
+            return scheduler.step(*args, **kwargs)  # nothing can skip a step: leave the order alone
+        # Step a scheduler only after its optimizer really stepped (PyTorch issue 44511: with a
+        # GradScaler skipping steps, mid-accumulation or between micro-batches, the schedule
+        # would run ahead).
+        if real == 0 or self._sched_last.get(id(scheduler)) == real:
+            return None
+        self._sched_last[id(scheduler)] = real
+        return scheduler.step(*args, **kwargs)
