@@ -170,8 +170,7 @@ def run_cell(
             undos.guarded("checkpoint", session.checkpoint_after_error, what)()
             raise
     undos.raise_checkpoint_failure()
-    assert run.summary is not None
-    return run.summary
+    return run.final_summary()
 
 
 class _Run:
@@ -198,6 +197,8 @@ class _Run:
 
     def finish_display(self, live: LiveDisplay) -> None:
         live.finish(self.final_summary())
+        if live.finish_failure is not None:  # shown by the text view: for the record only
+            self.late_events.append(live.finish_failure)
 
     def close_tensorboard(self, live: LiveDisplay) -> None:
         assert self.tensorboard is not None
