@@ -25,3 +25,11 @@ def _own_working_directory(
     keep every test's in its own temporary folder, never in the checkout."""
     monkeypatch.chdir(tmp_path)  # type: ignore[arg-type]
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_module_state() -> None:
+    """No test sees the last run, the active session or the rewrite cache of another."""
+    from jupyter_trainmate._state import reset
+
+    reset()

@@ -180,6 +180,11 @@ _CACHE: OrderedDict[str, tuple[RewriteResult, _RecordingNamespace]] = OrderedDic
 _CACHE_SIZE = 64
 
 
+def reset() -> None:
+    """Forget every cached rewrite (tests: each starts with an empty cache)."""
+    _CACHE.clear()
+
+
 def rewrite_cell(source: str, namespace: Mapping[str, object] | None = None) -> RewriteResult:
     """Rewrite a `%%train` cell and the notebook functions it calls (looked up in `namespace`)."""
     if namespace is None:
