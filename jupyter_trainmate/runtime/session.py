@@ -12,7 +12,8 @@ emits, and each job behind them is a collaborator with its own state:
 - `stepping.Stepping`: optimizer and scheduler steps, clipping, the GradScaler's bookkeeping;
 - `guarding.Guards`: NaN, spike and rollback guards, early stopping;
 - `resume.Checkpoints`: checkpoints out and in;
-- `timing.StepTimer` and `summary`: what the display, the status file and the run record read.
+- `report.Report`: events and metrics as they come, progress and summary (what the display, the
+  status file and the run record read; `timing.StepTimer` measures the steps).
 
 Calls pass anything they do not own straight through (`env.step(a)` stays `env.step(a)`), and with
 the defaults on a CPU they add nothing to the numerics: the same seed gives bit-identical weights
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,12 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from .accumulation import Accumulation
 from .amp import AmpPolicy, resolve_amp
 from .batches import Batches, BatchLoop
-from .checkpoint import trainable_objects
 from .device import Placement
 from .guarding import Guards
 from .loader import LoaderInfo
 from .oom import OutOfMemoryRetry
 from .options import TrainOptions
+from .report import Report
 from .resume import Checkpoints
 from .stepping import Stepping
 from .summary import Outcome, RunProgress, RunSummary, remember_last_run
@@ -75,21 +76,29 @@ class TrainSession:
         # make the unscale in step() divide unscaled gradients.
         self.scaler = self.amp.grad_scaler() if saw_backward else None
         self.timer = StepTimer(self.device)
-        self.on_log: list[Callable[[int, dict[str, float]], None]] = []
-        self.on_event: list[Callable[[str], None]] = []
-        self.events: list[str] = []
-        self.logged: dict[str, float] = {}
-        steps, report = self._steps, self.event
+        self.report = Report(
+            self.timer,
+            device=str(self.device),
+            amp=self.amp,
+            prefetch=self.prefetch_mode,
+            accumulate=options.accumulate,
+            instrumented=instrumented,
+            left_alone=left_alone,
+        )
+        self.event = report = self.report.event
+        self.events, self.logged = self.report.events, self.report.logged
+        self.on_event, self.on_log = self.report.on_event, self.report.on_log
+        steps = self._steps
         self.accumulation = Accumulation(options.accumulate)
         self.guards = Guards(options, namespace, steps=steps, report=report)
         # `with __trainmate__.oom_guard:` in batch loops, and `__trainmate__.parts(batch, names)`:
         # the batch once; after an out-of-memory error, again as micro-batches (see `oom`).
         self.oom_guard = OutOfMemoryRetry(
-            self.accumulation, steps=steps, report=report, drop_gradients=self.drop_gradients
+            self.accumulation, steps=steps, report=report, drop_gradients=self._drop_gradients
         )
         self.parts = self.oom_guard.parts  # bound once: it runs on every step
         self.stepping = Stepping(
-            self.scaler, self.accumulation, self.oom_guard, self.guards, options.clip
+            namespace, self.scaler, self.accumulation, self.oom_guard, self.guards, options.clip
         )
         self.checkpoints = Checkpoints(
             options, namespace, self.accumulation, self.scaler, steps=steps, report=report
@@ -106,15 +115,15 @@ class TrainSession:
         )
         self.epochs = self._batches.epochs  # the calls the rewrite emits, bound once
         self.next_batch = self._batches.next_batch
-        self._instrumented = instrumented
-        self._left_alone = left_alone
         self._backwards = 0
         self._last_loss: Any = None
         self._exit = contextlib.ExitStack()
-        self._started = 0.0
 
     def _steps(self) -> int:
         return self.timer.totals.steps
+
+    def _drop_gradients(self) -> None:  # for the out-of-memory retry, made before `stepping`
+        self.stepping.drop_gradients()
 
     # -- what the display, the status file and the record read -----------------------------------
 
@@ -153,7 +162,7 @@ class TrainSession:
         global _active
         _active = self
         self._exit.callback(_deactivate, self)
-        self._started = time.perf_counter()
+        self.report.started = time.perf_counter()
         handle = register_optimizer_step_post_hook(self._on_optimizer_step)
         self._exit.callback(handle.remove)
         self._exit.enter_context(self.amp.autocast())
@@ -172,87 +181,21 @@ class TrainSession:
 
     def summary(self, outcome: Outcome) -> RunSummary:
         """What the run did so far."""
-        totals = self.timer.totals
-        return RunSummary(
-            outcome=outcome,
-            device=str(self.device),
-            amp=self.amp.mode,
-            amp_reason=self.amp.reason,
-            prefetch=self.prefetch_mode,
-            accumulate=self.accumulation.every,
-            steps=totals.steps or self._backwards,
-            optimizer_steps=self.stepping.total,
-            optimizer_steps_by_optimizer=tuple(self.stepping.counts.values()),
-            epochs=self._batches.epochs_seen,
-            samples=totals.samples,
-            wall_s=time.perf_counter() - self._started if self._started else 0.0,
-            data_wait_s=totals.data_s,
-            compute_s=totals.compute_s,
-            data_wait_share=totals.data_share,
-            skipped_steps=self.stepping.skipped,
-            metrics=dict(self.logged),
-            events=tuple(self.events),
-            instrumented=self._instrumented,
-            left_alone=self._left_alone,
-        )
+        return self.report.summary(outcome, self._batches, self.stepping, self._backwards)
 
     def progress(self) -> RunProgress:
         """A snapshot of where the run is, for the status file and the display (any thread)."""
-        totals = self.timer.totals
-        wall = time.perf_counter() - self._started
-        steps = totals.steps
-        at = self._batches.position(steps)
-        eta = None
-        if at.steps_left is not None and steps and wall > 0:
-            eta = at.steps_left / (steps / wall)
-        loss = self._last_loss
-        return RunProgress(
-            steps=steps,
-            samples=totals.samples,
-            optimizer_steps=self.stepping.total,
-            epoch=at.epoch,
-            epochs_total=at.epochs_total,
-            step_in_epoch=at.step_in_epoch,
-            steps_per_epoch=at.steps_per_epoch,
-            fraction=at.fraction,
-            eta_s=eta,
-            wall_s=wall,
-            samples_per_s=totals.samples / wall if wall > 0 else 0.0,
-            steps_per_s=steps / wall if wall > 0 else 0.0,
-            data_wait_share=totals.data_share,
-            last_loss=float(loss.detach().float()) if loss is not None else None,
-            device=str(self.device),
-            amp=self.amp.mode,
-        )
-
-    def event(self, text: str) -> None:
-        """Something the user should see: shown by the display, kept in the summary."""
-        self.events.append(text)
-        for listener in self.on_event:
-            listener(text)
+        return self.report.progress(self._batches, self.stepping, self._last_loss)
 
     def log(self, values: dict[str, float]) -> None:
         """Metrics the cell reports with `jupyter_trainmate.log(name=value)`."""
-        self.logged.update(values)
-        step = self.timer.totals.steps
-        for listener in self.on_log:
-            listener(step, values)
+        self.report.log(values)
         self.guards.logged(values)
 
     # -- batches ---------------------------------------------------------------------------------
 
     def batches(self, iterable: Iterable[Any]) -> BatchLoop:
         return BatchLoop(self._batches, iterable)
-
-    def drop_gradients(self) -> None:
-        """Every gradient of the run's optimizers and models to None (after out-of-memory)."""
-        found = trainable_objects(self._namespace)
-        optimizers = [*found["optimizers"].values(), *self.stepping.optimizers.values()]
-        for optimizer in optimizers:
-            optimizer.zero_grad(set_to_none=True)
-        for model in found["models"].values():
-            model.zero_grad(set_to_none=True)
-        self.stepping.forget_unscale()
 
     # -- gradients -------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -19,6 +19,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from ..errors import TrainmateError
 from .accumulation import Accumulation
+from .checkpoint import trainable_objects
 from .guarding import Guards
 from .oom import OutOfMemoryRetry
 
@@ -28,12 +29,14 @@ class Stepping:
 
     def __init__(
         self,
+        namespace: Mapping[str, object],
         scaler: torch.amp.GradScaler | None,
         accumulation: Accumulation,
         micro: OutOfMemoryRetry,
         guards: Guards,
         clip: float | None,
     ) -> None:
+        self._namespace = namespace
         self.scaler = scaler
         self._accumulation = accumulation
         self._micro = micro
@@ -75,8 +78,14 @@ class Stepping:
             self.scaler.unscale_(optimizer)
             self._unscaled.add(id(optimizer))
 
-    def forget_unscale(self) -> None:
-        """After out-of-memory: the failed attempt's unscale_ must not count for the retry."""
+    def drop_gradients(self) -> None:
+        """Every gradient of the run's optimizers and models to None (after out-of-memory), and
+        the failed attempt's unscale_ forgotten."""
+        found = trainable_objects(self._namespace)
+        for optimizer in [*found["optimizers"].values(), *self.optimizers.values()]:
+            optimizer.zero_grad(set_to_none=True)
+        for model in found["models"].values():
+            model.zero_grad(set_to_none=True)
         if self.scaler is not None and self._unscaled:
             self.scaler.update()
             self._unscaled.clear()
