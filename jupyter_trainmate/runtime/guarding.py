@@ -40,7 +40,7 @@ class Guards:
             if options.monitor is not None and options.patience is not None
             else None
         )
-        self._drop_update = False  # a guarded loss was not finite: no update for this batch
+        self.drop_update = False  # a guarded loss was not finite: no update for this batch
 
     # -- per epoch -------------------------------------------------------------------------------
 
@@ -63,7 +63,7 @@ class Guards:
         if self.nan.watch(step, loss):
             return True
         self.nan.skipped += 1
-        self._drop_update = True
+        self.drop_update = True
         if self.nan.policy == "rollback" and self._roll_back():
             self._report(
                 f"non-finite loss at step {step}: rolled back to the epoch's start, batch dropped"
@@ -76,7 +76,7 @@ class Guards:
 
     def take_dropped_update(self) -> bool:
         """Whether the optimizer step now due belongs to a dropped batch (asked once per step)."""
-        dropped, self._drop_update = self._drop_update, False
+        dropped, self.drop_update = self.drop_update, False
         return dropped
 
     def spike_drops(self, optimizer: torch.optim.Optimizer) -> bool:

@@ -100,6 +100,7 @@ class TrainSession:
         self.stepping = Stepping(
             namespace, self.scaler, self.accumulation, self.oom_guard, self.guards, options.clip
         )
+        self._step_counts = self.stepping.counts  # for the hook: one dict update per step
         self.checkpoints = Checkpoints(
             options, namespace, self.accumulation, self.scaler, steps=steps, report=report
         )
@@ -207,7 +208,8 @@ class TrainSession:
         if guards.watch_losses and not guards.loss_ok(loss):
             return None
         stepping = self.stepping
-        stepping.before_scale()
+        if stepping.update_pending:
+            stepping.before_scale()
         accumulation = self.accumulation
         if accumulation.every > 1:
             loss = loss / accumulation.every
@@ -219,15 +221,16 @@ class TrainSession:
                 accumulation.pending += 1
         else:
             accumulation.pending += 1
-        if stepping.scaler is not None:
-            loss = stepping.scaler.scale(loss)
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
         self._backwards += 1
         return loss.backward(*args, **kwargs)
 
     def zero_grad(self, target: Any, *args: Any, **kwargs: Any) -> Any:
-        if (self.accumulation.mid_window or self.oom_guard.index > 0) and isinstance(
-            target, torch.optim.Optimizer | torch.nn.Module
-        ):
+        accumulation = self.accumulation  # mid_window, inline: it runs on every step
+        if (
+            (accumulation.every > 1 and accumulation.pending > 0) or self.oom_guard.index > 0
+        ) and isinstance(target, torch.optim.Optimizer | torch.nn.Module):
             return None  # mid-accumulation or a later micro-batch: keep summing gradients
         return target.zero_grad(*args, **kwargs)
 
@@ -249,7 +252,7 @@ class TrainSession:
     def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         # Runs after every real optimizer step anywhere (hooks reach code the rewrite cannot
         # see): keep it to one dict update and a flag.
-        self.stepping.counts[id(optimizer)] += 1
+        self._step_counts[id(optimizer)] += 1
         self.checkpoints.updated = True
 
 

@@ -47,7 +47,7 @@ class Stepping:
         self.skipped = 0  # steps the GradScaler skipped (inf/NaN gradients)
         self._sched_last: dict[int, int] = {}
         self._unscaled: set[int] = set()
-        self._update_pending = False
+        self.update_pending = False  # a scaler.step() ran: update() before the next scale()
 
     @property
     def total(self) -> int:
@@ -67,10 +67,11 @@ class Stepping:
     # -- GradScaler ------------------------------------------------------------------------------
 
     def before_scale(self) -> None:
-        """Once per iteration, before the next scale(): every optimizer stepped with one scale."""
-        if self._update_pending and self.scaler is not None:
+        """Once per iteration, before the next scale(): every optimizer stepped with one scale
+        (the session calls it only when `update_pending`: nothing per step otherwise)."""
+        if self.update_pending and self.scaler is not None:
             self.scaler.update()
-            self._update_pending = False
+            self.update_pending = False
             self._unscaled.clear()
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
@@ -89,12 +90,12 @@ class Stepping:
         if self.scaler is not None and self._unscaled:
             self.scaler.update()
             self._unscaled.clear()
-            self._update_pending = False
+            self.update_pending = False
 
     def finish(self) -> None:
-        if self._update_pending and self.scaler is not None:
+        if self.update_pending and self.scaler is not None:
             self.scaler.update()
-            self._update_pending = False
+            self.update_pending = False
 
     # -- steps -----------------------------------------------------------------------------------
 
@@ -119,10 +120,10 @@ class Stepping:
             )
         if args or kwargs:  # a closure (LBFGS): it runs forward and backward itself
             return optimizer.step(*args, **kwargs)
-        if self._deferred():
-            return None
+        if (self._accumulation.every > 1 or self._micro.count > 1) and not self.at_boundary():
+            return None  # inside an accumulation window or a split batch
         guards = self._guards
-        if guards.take_dropped_update():
+        if guards.drop_update and guards.take_dropped_update():
             optimizer.zero_grad(set_to_none=True)
             return None
         if guards.watch_spikes:
@@ -138,7 +139,7 @@ class Stepping:
         if self.scaler is not None:
             before = self.counts.get(id(optimizer), 0)
             result = self.scaler.step(optimizer)
-            self._update_pending = True
+            self.update_pending = True
             if self.counts.get(id(optimizer), 0) == before:
                 self.skipped += 1  # inf/NaN gradients: GradScaler skipped the update
         else:
