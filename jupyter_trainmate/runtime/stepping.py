@@ -3,8 +3,8 @@ Optimizer and scheduler steps of a run: accumulation windows and micro-batches (
 the window's end), the guards' dropped updates, `--clip`, and the GradScaler's bookkeeping
 (unscale once per optimizer and iteration, update once per iteration, skipped steps counted).
 
-Real optimizer steps are counted by the optimizer step hook the session registers (see
-`count_step`): it sees steps the rewrite cannot, and costs one dict update.
+Real optimizer steps are counted in `counts` by the optimizer step hook the session registers: it
+sees steps the rewrite cannot, and costs one dict update.
 """
 
 from __future__ import annotations
@@ -52,9 +52,6 @@ class Stepping:
     @property
     def total(self) -> int:
         return sum(self.counts.values())
-
-    def count_step(self, optimizer: torch.optim.Optimizer) -> None:
-        self.counts[id(optimizer)] += 1
 
     def at_boundary(self) -> bool:
         """Whether the optimizer step that follows is a real one (window and batch complete)."""
