@@ -65,8 +65,8 @@ class StatusWriter:
         self.active = True
 
     def write(self) -> None:
-        record = {**self._identity, **asdict(self._progress()), "updated": time.time()}
-        write_text_atomically(self.path, json.dumps(record))
+        status = {**self._identity, **asdict(self._progress()), "updated": time.time()}
+        write_text_atomically(self.path, json.dumps(status))
 
     def stop(self) -> None:
         self.active = False
