@@ -336,8 +336,8 @@ _CACHE: OrderedDict[tuple[str, frozenset[object]], tuple[RewriteResult, _Recordi
 _CACHE_SIZE = 64
 
 
-def clear_cache() -> None:
-    """Forget every cached rewrite (tests start from a clean state)."""
+def reset() -> None:
+    """Forget every cached rewrite (tests: each starts with an empty cache)."""
     _CACHE.clear()
 
 

@@ -27,10 +27,6 @@ from .summary import RunSummary
 RECORDS = "runs.jsonl"
 
 
-def runs_folder(notebook: str | None) -> Path:
-    return (Path(notebook).parent if notebook else Path.cwd()) / "runs"
-
-
 def git_commit(directory: Path) -> str | None:
     """The commit the repository holding `directory` is at, read from `.git` (no subprocess)."""
     for folder in (directory, *directory.parents):
