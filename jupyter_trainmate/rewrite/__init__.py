@@ -1,5 +1,5 @@
 """
-The `%%train` rewrite (libcst): find the training idioms in a cell, route them through the session.
+Internal (for contributors): the `%%train` rewrite (libcst): find the training idioms in a cell, route them through the session.
 
 `rewrite_cell()` never raises on code it does not understand: it returns the new code and the
 notes, what was instrumented and what was left alone and why, as an immutable `RewriteResult`

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..errors import TrainmateError
+from ..errors import NanDetected as NanDetected
 
 STOP_CHECK_EVERY = 16
 
@@ -35,10 +35,6 @@ class StopRun(Exception):
         super().__init__(reason)
         self.outcome = outcome
         self.reason = reason
-
-
-class NanDetected(TrainmateError):
-    """`--on-nan stop` found a non-finite loss; the run fails with this one-line reason."""
 
 
 @dataclass
