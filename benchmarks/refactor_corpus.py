@@ -52,25 +52,34 @@ RUFF = [sys.executable, "-m", "ruff", "check", "--select", GATE, "--no-cache", "
 # Names IPython puts in a notebook's namespace: the notebook's own script may use them.
 IPYTHON_HEADER = "from IPython import get_ipython\nfrom IPython.display import display\n"
 CHILD = r"""
-import importlib, json, sys, traceback
-module, result_file, package = sys.argv[1:4]
-result = {"status": "ok"}
-try:
-    importlib.import_module(module)
-except BaseException as exc:
-    name = getattr(exc, "name", None) or ""
-    top = name.split(".")[0]
-    where = ""
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if "/" + package + "/" in frame.filename.replace("\\", "/"):
-            where = f"{frame.filename.rsplit(package + '/', 1)[-1]}:{frame.lineno}: {frame.line}"
-    if type(exc) is ModuleNotFoundError and top and top != package:
-        result = {"status": "missing", "module": top}
-    else:
-        message = str(exc).splitlines()[0] if str(exc) else ""
-        result = {"status": "failed", "error": f"{type(exc).__name__}: {message}", "where": where}
-with open(result_file, "w") as f:
-    json.dump(result, f)
+import contextlib, importlib, io, json, os, sys, traceback
+result_file, package, *modules = sys.argv[1:]
+results = []
+for module in modules:
+    result = {"module": module, "status": "ok"}
+    before = set(os.listdir("."))
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            importlib.import_module(module)
+    except BaseException as exc:
+        name = getattr(exc, "name", None) or ""
+        top = name.split(".")[0]
+        where = ""
+        for frame in traceback.extract_tb(exc.__traceback__):
+            if "/" + package + "/" in frame.filename.replace("\\", "/"):
+                where = f"{frame.filename.rsplit(package + '/', 1)[-1]}:{frame.lineno}: {frame.line}"
+        if type(exc) is ModuleNotFoundError and top and top != package:
+            result.update(status="missing", detail=top)
+        else:
+            message = str(exc).splitlines()[0] if str(exc) else ""
+            error = f"{type(exc).__name__}: {message}"
+            result.update(status="failed", detail=" at ".join(x for x in (error, where) if x))
+    result["printed"] = out.getvalue().strip()
+    result["wrote"] = sorted(set(os.listdir(".")) - before)
+    results.append(result)
+    with open(result_file, "w") as f:
+        json.dump(results, f)
 """
 
 
@@ -303,35 +312,42 @@ def child_env(root: Path) -> dict[str, str]:
     return env
 
 
-def import_module(module: str, package: Path, timeout: float) -> ModuleImport:
+def import_modules(modules: list[str], package: Path, timeout: float) -> list[ModuleImport]:
+    """Every module in turn, in one fresh interpreter (torch is imported once, not per module):
+    an empty temporary working folder, PYTHONPATH = the output folder. A module that hangs
+    ends the run; the modules after it are reported as not tried."""
     root = package.parent
     before = snapshot(root)
     with tempfile.TemporaryDirectory() as cwd, tempfile.TemporaryDirectory() as scratch:
         result_file = Path(scratch) / "result.json"
         try:
             done = subprocess.run(
-                [sys.executable, "-c", CHILD, module, str(result_file), package.name],
+                [sys.executable, "-c", CHILD, str(result_file), package.name, *modules],
                 cwd=cwd,
                 env=child_env(root),
                 capture_output=True,
                 text=True,
                 timeout=timeout,
             )
+            ended = f"interpreter ended: exit {done.returncode} {done.stderr.strip()[-200:]}"
         except subprocess.TimeoutExpired:
-            return ModuleImport(module, "timeout", f"still running after {timeout:.0f} s")
-        wrote = sorted(snapshot(Path(cwd)))
-        printed = (done.stdout + done.stderr).strip()
+            ended = f"still running after {timeout:.0f} s"
         try:
             found = json.loads(result_file.read_text())
         except (OSError, json.JSONDecodeError):
-            found = {"status": "failed", "error": f"exit {done.returncode}: {printed[-200:]}"}
-    wrote += sorted(snapshot(root) - before)
-    detail = found.get("module") or " at ".join(
-        x for x in (found.get("error", ""), found.get("where", "")) if x
-    )
-    return ModuleImport(
-        module, found["status"], detail, printed.splitlines()[0] if printed else "", wrote
-    )
+            found = []
+    results = [
+        ModuleImport(f["module"], f["status"], f.get("detail", ""), f["printed"][:300], f["wrote"])
+        for f in found
+    ]
+    if len(results) < len(modules):
+        status = "timeout" if ended.startswith("still") else "failed"
+        results.append(ModuleImport(modules[len(results)], status, ended))
+        results += [ModuleImport(m, "not tried") for m in modules[len(results) :]]
+    wrote = sorted(snapshot(root) - before)
+    if wrote and results:
+        results[-1].wrote += [f"(output folder) {w}" for w in wrote]
+    return results
 
 
 def count_tests(out: Path) -> int:
@@ -440,7 +456,7 @@ def measure(notebook: Path, out_root: Path, timeout: float) -> Result:
         baseline = ruff_gate([own])
     written = ruff_gate(sorted(p for p in out.rglob("*.py") if "__pycache__" not in p.parts))
     result.gate_introduced, result.gate_preexisting = split_gate(written, baseline, bad, out)
-    result.imports = [import_module(m, package, 120) for m, _ in modules_of(package)]
+    result.imports = import_modules([m for m, _ in modules_of(package)], package, 300)
     measure_code(result, package)
     result.tests = count_tests(out)
     result.tests_passed, result.tests_output = run_tests(out, package.parent, 600)
