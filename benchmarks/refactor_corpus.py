@@ -48,7 +48,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 GATE = "E9,F63,F7,F82,F811"
-RUFF = [sys.executable, "-m", "ruff", "check", "--select", GATE, "--no-cache", "--isolated"]
+RUFF = [sys.executable, "-m", "ruff", "check", "--select", GATE + ",F405", "--no-cache"]
+RUFF += ["--isolated"]
 # Names IPython puts in a notebook's namespace: the notebook's own script may use them.
 CODE_CELL_MAGICS = {"%%time", "%%timeit", "%%capture", "%%prun", "%%train"}
 IPYTHON_HEADER = "from IPython import get_ipython\nfrom IPython.display import display\n"
@@ -175,7 +176,9 @@ def notebook_script(cells: Iterable[str]) -> tuple[str, int]:
 # ---------------------------------------------------------------- the ruff gate
 
 
-def ruff_gate(paths: list[Path]) -> list[dict[str, object]]:
+def ruff_gate(paths: list[Path], keep_star: bool = False) -> list[dict[str, object]]:
+    """The gate's findings; F405 (maybe from a star import) only with `keep_star`: it is not
+    part of the gate, it helps reading the notebook's own script."""
     if not paths:
         return []
     done = subprocess.run(
@@ -185,7 +188,7 @@ def ruff_gate(paths: list[Path]) -> list[dict[str, object]]:
         timeout=120,
     )
     found: list[dict[str, object]] = json.loads(done.stdout or "[]")
-    return found
+    return found if keep_star else [f for f in found if f.get("code") != "F405"]
 
 
 def ruff_gate_text(source: str) -> list[dict[str, object]]:
@@ -193,7 +196,59 @@ def ruff_gate_text(source: str) -> list[dict[str, object]]:
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "notebook_script.py"
         script.write_text(source, encoding="utf-8")
-        return ruff_gate([script])
+        return ruff_gate([script], keep_star=True)
+
+
+STAR_CHILD = r"""
+import importlib, json, sys
+found = {}
+for name in sys.argv[1:]:
+    try:
+        module = importlib.import_module(name)
+    except BaseException:
+        found[name] = None
+        continue
+    names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
+    found[name] = sorted(map(str, names))
+print(json.dumps(found))
+"""
+
+
+def undefined_despite_star(script: str, baseline: list[dict[str, object]]) -> set[str]:
+    """Names the notebook's script uses that ruff could only call "maybe from a star import"
+    (F405) but that none of its star-imported modules defines: the notebook's own undefined
+    names. Decided only where every star-imported module imports here (not the notebook's own
+    helper modules: their names stay unknown, so the package must import them)."""
+    maybe = {gate_key({**f, "code": "F821"})[1] for f in baseline if f.get("code") == "F405"}
+    if not maybe:
+        return set()
+    stars = sorted(
+        {
+            node.module
+            for node in ast.walk(ast.parse(script))
+            if isinstance(node, ast.ImportFrom)
+            and node.module
+            and not node.level
+            and any(a.name == "*" for a in node.names)
+        }
+    )
+    with tempfile.TemporaryDirectory() as cwd:
+        done = subprocess.run(
+            [sys.executable, "-c", STAR_CHILD, *stars],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=child_env(Path(cwd)),
+        )
+    try:
+        exported: dict[str, list[str] | None] = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return set()
+    if any(names is None for names in exported.values()):
+        return set()
+    defined = {n for names in exported.values() for n in names or []}
+    return maybe - defined
 
 
 def gate_key(finding: dict[str, object]) -> tuple[str, str]:
@@ -217,13 +272,17 @@ def gate_line(finding: dict[str, object], root: Path) -> str:
 
 
 def split_gate(
-    written: list[dict[str, object]], baseline: list[dict[str, object]], root: Path
+    written: list[dict[str, object]],
+    baseline: list[dict[str, object]],
+    root: Path,
+    undefined: Iterable[str] = (),
 ) -> tuple[list[str], list[str]]:
     """Errors of the written package that the notebook's own script also has (same code and
     name, as many times) are pre-existing; the rest the refactor introduced. The script leaves
     out the cells that do not parse, so a syntax error in the package is always introduced
     (the refactor refuses or skips such cells)."""
     allowance = Counter(gate_key(f) for f in baseline)
+    allowance.update(("F821", name) for name in undefined)
     introduced, pre = [], []
     for finding in written:
         key = gate_key(finding)
@@ -467,7 +526,8 @@ def measure(notebook: Path, out_root: Path, timeout: float) -> Result:
     script, _ = notebook_script(cells)
     baseline = ruff_gate_text(script)
     written = ruff_gate(sorted(p for p in out.rglob("*.py") if "__pycache__" not in p.parts))
-    result.gate_introduced, result.gate_preexisting = split_gate(written, baseline, out)
+    undefined = undefined_despite_star(script, baseline)
+    result.gate_introduced, result.gate_preexisting = split_gate(written, baseline, out, undefined)
     result.imports = import_modules([m for m, _ in modules_of(package)], package, 300)
     measure_code(result, package)
     result.tests = count_tests(out)

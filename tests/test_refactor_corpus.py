@@ -124,3 +124,17 @@ def test_imports_are_checked_for_output_and_files(corpus: ModuleType, tmp_path: 
         "missing",
         "not_a_real_package_xyz",
     )
+
+
+def test_names_no_star_import_defines_are_the_notebooks_own(corpus: ModuleType) -> None:
+    script = "from typing import *\nx: Dict[str, Any] = {}\nprint(Bernoulli(1))\n"
+    baseline = corpus.ruff_gate_text(script)
+    assert {corpus.gate_key(f)[1] for f in baseline if f["code"] == "F405"} == {
+        "Dict",
+        "Any",
+        "Bernoulli",
+    }
+    assert corpus.undefined_despite_star(script, baseline) == {"Bernoulli"}
+    # a star import from a module that does not import here (the notebook's helper): unknown
+    helper = "from my_course_helpers import *\nprint(Bernoulli(1))\n"
+    assert corpus.undefined_despite_star(helper, corpus.ruff_gate_text(helper)) == set()
