@@ -517,6 +517,8 @@ def measure(notebook: Path, out_root: Path, timeout: float) -> Result:
     if done.returncode != 0:
         lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
         tb = " (traceback)" if "Traceback (most recent call last)" in done.stderr else ""
+        if tb:  # the exception's line, not what libcst prints after it
+            lines = [ln for ln in lines if re.match(r"[A-Za-z_][\w.]*(Error|Exception)\b", ln)]
         result.error = (lines[-1] if lines else f"exit {done.returncode}")[:300] + tb
         return result
     package = find_package(out)
@@ -666,12 +668,43 @@ def print_table(results: list[Result]) -> None:
                 print(f"    {problem}")
 
 
+def markdown_table(results: list[Result]) -> str:
+    """The per-notebook table for BENCHMARKS.md (names from refactor_corpus.toml when listed)."""
+    import tomllib
+
+    manifest = Path(__file__).with_name("refactor_corpus.toml")
+    listed = {e["file"]: e for e in tomllib.loads(manifest.read_text())["notebook"]}
+    lines = [
+        "| notebook | cells | lines | refactor | gate introduced / own | imports ok / missing "
+        "3rd-party / failed | in `run()` | annotated | tests |",
+        "| --- | ---: | ---: | --- | --- | --- | ---: | ---: | --- |",
+    ]
+    for r in results:
+        entry = listed.get(r.notebook)
+        name = r.notebook.removesuffix(".ipynb")
+        if entry:
+            name = f"{entry['repository'].split('/')[1]}: {Path(entry['path']).stem}"
+        c = r.import_counts()
+        status = "ok" if r.written else f"exit {r.exit}: {r.error[:60]}"
+        status += ", --skip-bad-cells" if r.skip_bad_cells else ""
+        tests = {True: "pass", False: "FAIL", None: "-"}[r.tests_passed]
+        tests = f"needs {r.tests_missing}" if r.tests_missing else tests
+        lines.append(
+            f"| {name} | {r.cells} | {r.lines} | {status} | {len(r.gate_introduced)} / "
+            f"{len(r.gate_preexisting)} | {c['ok']}/{len(r.imports)}, {c['missing']}, "
+            f"{c['failed'] + c['timeout']} | {pct(r.run_share).strip()} | "
+            f"{pct(r.typed_share).strip()} | {r.tests} {tests} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("corpus", type=Path, help="folder of .ipynb files")
     parser.add_argument("--out", type=Path, help="where the packages go (default: a temp folder)")
     parser.add_argument("--jobs", type=int, default=2, help="notebooks at once (default 2)")
     parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
+    parser.add_argument("--markdown", type=Path, help="also write the table in Markdown here")
     parser.add_argument("--only", help="only notebooks whose file name contains this")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per refactor")
     args = parser.parse_args(argv)
@@ -694,6 +727,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{done}/{len(futures)}] {r.notebook}: {r.seconds:.1f} s", file=sys.stderr)
             results = [f.result() for f in futures]
     print_table(results)
+    if args.markdown:
+        args.markdown.write_text(markdown_table(results), encoding="utf-8")
     if args.json:
         data = {"summary": summary(results), "notebooks": [asdict(r) for r in results]}
         args.json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
