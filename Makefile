@@ -42,7 +42,7 @@ bench: $(STAMP)
 
 # The API docs of jupyter_trainmate (the package docstring is the user guide), with pdoc.
 docs: $(STAMP)
-	$(BIN)/pdoc jupyter_trainmate jupyter_trainmate.refactor -o build/docs
+	$(BIN)/python scripts/docs.py build/docs
 
 clean:
 	rm -rf $(VENV) build dist labextension/node_modules labextension/lib jupyter_trainmate/labextension

@@ -1,6 +1,9 @@
 """
 Train PyTorch models in Jupyter: fast, observable and clean enough to ship.
 
+This page is the user guide; [the how-to pages](howto.html) answer the first hour's questions
+(which option when, what `--show` says, troubleshooting), from `docs/howto.md` in the repository.
+
 ## `%%train`: your loop, instrumented
 
 ```python
@@ -166,7 +169,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._version import __version__
-from .runtime.options import options_markdown
+from .errors import NanDetected, TrainmateError
+from .runtime.options import TrainOptions, options_markdown
 from .runtime.summary import RunSummary, last_run
 
 # The option table of `%%train`, from its one definition (`runtime/options.py`).
@@ -189,7 +193,19 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
     from jupyter_server.serverapp import ServerApp
 
-__all__ = ["RunSummary", "__version__", "last_run", "load_ipython_extension", "log", "train"]
+# The public API: what a user calls or catches. Everything else is internal (the subpackages are
+# documented for contributors; docs/ARCHITECTURE.md maps them).
+__all__ = [
+    "NanDetected",
+    "RunSummary",
+    "TrainOptions",
+    "TrainmateError",
+    "__version__",
+    "last_run",
+    "load_ipython_extension",
+    "log",
+    "train",
+]
 
 
 def train(fn: Callable[..., T], options: str = "", /, **kwargs: Any) -> T:

@@ -27,6 +27,11 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _refactor(args: argparse.Namespace) -> int:
+    # nbformat validates with jsonschema, whose import compiles the RFC 3987 grammars of the
+    # optional `rfc3987_syntax` package (about 1.2 s on a quiet machine, most of the refactor's
+    # start-up) only to offer an "iri" format check that notebook validation never asks for.
+    # This process is ours and ends with the command: skip that package here.
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
     from jupyter_trainmate.refactor.pipeline import refactor
 
     out, text = refactor(

@@ -57,8 +57,8 @@ class TrainmateMagics(Magics):
         from .cell import register_cell, traceback_from_cell
         from .rewrite import rewrite_cell
         from .runner import run_cell, show
+        from .runtime.notebook import notebook_path
         from .runtime.options import HelpShown, parse_options
-        from .runtime.status import notebook_path
 
         ip = self.shell
         assert ip is not None

@@ -19,16 +19,11 @@ from .rewrite.install import Installed
 from .runtime.checkpoint import checkpoints
 from .runtime.checkpoint import load as load_checkpoint
 from .runtime.guards import StopRun
+from .runtime.notebook import notebook_path, runs_folder
 from .runtime.options import HelpShown, TrainOptions, parse_options
-from .runtime.records import (
-    append_record,
-    git_commit,
-    hyperparameters,
-    make_record,
-    runs_folder,
-)
+from .runtime.records import append_record, git_commit, hyperparameters, make_record
 from .runtime.session import TrainSession
-from .runtime.status import StatusWriter, notebook_path
+from .runtime.status import StatusWriter
 from .runtime.summary import Outcome, RunSummary
 from .runtime.tensorboard import TensorBoardLog, run_folder, wanted
 
@@ -72,6 +67,14 @@ def run_cell(
 
     `filename` is where the cell's source is registered for tracebacks (IPython's compiler cache
     in a notebook): the rewrite keeps line numbers, so tracebacks show the user's own lines.
+
+    Every resource registers its undo on one `ExitStack` as it is created, and the undos run in
+    reverse: the display thread halts, the status file goes, the session leaves the namespace,
+    swapped functions come back, the session closes (checkpoints written, hooks and autocast
+    undone), then the final display, the TensorBoard log and the run record, which is always
+    written. An undo that fails is reported as an event (see `_Undos`) and never replaces the
+    cell's own exception or KeyboardInterrupt; when the cell succeeded, a failed checkpoint write
+    is raised after everything is undone.
     """
     __tracebackhide__ = True
     result = result or rewrite_cell(source, namespace)
@@ -96,30 +99,32 @@ def run_cell(
         reads_gradients=_gradient_reader(facts),
     )
     code = compile_rewritten(result.code, source, filename)
-    rewritten = Installed(result, namespace)
-    outcome: Outcome = "failed"
-    status: StatusWriter | None = None
-    live: LiveDisplay | None = None
-    tensorboard: TensorBoardLog | None = None
-    try:
+    notebook = notebook_path(namespace)
+    run = _Run(session)
+    undos = _Undos(run)
+    with contextlib.ExitStack() as stack:
+        stack.callback(undos.guarded("run record", _write_run_record, run, options, namespace))
+        finals = stack.enter_context(contextlib.ExitStack())  # after the session closed
+        stack.callback(undos.guarded("session close", run.close))
+        stack.callback(undos.guarded("checkpoint", session.checkpoints.wait))
         if options.resume:
             assert session.checkpoint_dir is not None
             found = checkpoints(session.checkpoint_dir)
             if not found:
                 raise TrainmateError(f"--resume: no checkpoint in {session.checkpoint_dir}")
             session.resume_from(load_checkpoint(found[-1]))
-        namespace[SESSION] = session
-        rewritten.install(session)
+        _install(session, namespace, result, stack, undos)
         session.start()
-        status = StatusWriter(
-            session.progress, notebook=notebook_path(namespace), run_name=_run_name(result)
-        )
+        status = StatusWriter(session.progress, notebook=notebook, run_name=_run_name(result))
         with contextlib.suppress(OSError):  # no runtime dir (read-only home): no sidebar entry
             status.start()
+            stack.callback(undos.guarded("status file", status.stop))
+        tensorboard = None
         if use_tensorboard:
-            folder = run_folder(runs_folder(notebook_path(namespace)), _run_name(result))
+            folder = run_folder(runs_folder(notebook), _run_name(result))
             tensorboard = TensorBoardLog(folder, _options_text(options))
             session.on_log.append(tensorboard.metrics)
+            run.tensorboard = tensorboard
         live = LiveDisplay(
             session,
             options.display,
@@ -128,40 +133,116 @@ def run_cell(
             status,
             tensorboard,
         )
-        live.start()
-        exec(code, namespace)
-        outcome = "finished"
-    except StopRun as stop:
-        outcome = "stopped early"
-        session.event(f"stopped early: {stop.reason}")
-        if session.checkpoint_dir is not None:
-            session.checkpoint_after_error("stopped early")
-    except KeyboardInterrupt:
-        outcome = "interrupted"
-        session.checkpoint_after_error("interrupted")
-        raise
-    except TrainmateError:
-        raise
-    except Exception as exc:
-        session.checkpoint_after_error(f"failed ({type(exc).__name__})")
-        raise
-    finally:
-        if live is not None:
-            live.halt()
-        if status is not None:
-            status.stop()
-        namespace.pop(SESSION, None)
-        rewritten.undo()
-        summary = session.close(outcome)
-        if live is not None:
-            live.finish(summary)
         if tensorboard is not None:
+            finals.callback(undos.guarded("TensorBoard", run.close_tensorboard, live))
+        finals.callback(undos.guarded("display", run.finish_display, live))
+        live.start()
+        stack.callback(undos.guarded("display", live.halt))
+        try:
+            exec(code, namespace)
+            run.outcome = "finished"
+        except StopRun as stop:
+            run.outcome = "stopped early"
+            session.event(f"stopped early: {stop.reason}")
+            if session.checkpoint_dir is not None:
+                undos.guarded("checkpoint", session.checkpoint_after_error, "stopped early")()
+        except KeyboardInterrupt:
+            run.outcome = "interrupted"
+            undos.guarded("checkpoint", session.checkpoint_after_error, "interrupted")()
+            raise
+        except TrainmateError:
+            raise
+        except Exception as exc:
+            what = f"failed ({type(exc).__name__})"
+            undos.guarded("checkpoint", session.checkpoint_after_error, what)()
+            raise
+    undos.raise_checkpoint_failure()
+    return run.final_summary()
+
+
+class _Run:
+    """What the undos of one run share: its outcome, its summary once made, and its outputs."""
+
+    def __init__(self, session: TrainSession) -> None:
+        self.session = session
+        self.outcome: Outcome = "failed"
+        self.summary: RunSummary | None = None
+        self.tensorboard: TensorBoardLog | None = None
+        self.late_events: list[str] = []  # failed undos after the summary was made
+
+    def close(self) -> None:
+        self.summary = self.session.close(self.outcome)
+
+    def final_summary(self) -> RunSummary:
+        """The summary, with what failed after it was made; made here if closing failed."""
+        summary = self.summary
+        if summary is None:  # the session's close failed: a summary of what is known
+            self.summary = summary = self.session.summary(self.outcome)
+        if self.late_events:
+            summary = dataclasses.replace(summary, events=(*summary.events, *self.late_events))
+        return summary
+
+    def finish_display(self, live: LiveDisplay) -> None:
+        live.finish(self.final_summary())
+        if live.finish_failure is not None:  # shown by the text view: for the record only
+            self.late_events.append(live.finish_failure)
+
+    def close_tensorboard(self, live: LiveDisplay) -> None:
+        assert self.tensorboard is not None
+        self.tensorboard.close(self.final_summary(), live.state.progress)
+
+
+class _Undos:
+    """Wraps each undo so that a failure is reported, never raised over the cell's exception."""
+
+    def __init__(self, run: _Run) -> None:
+        self._run = run
+        self.checkpoint_failure: TrainmateError | None = None
+
+    def guarded(self, what: str, undo: Callable[..., object], *args: Any) -> Callable[[], None]:
+        def run_undo() -> None:
             try:
-                tensorboard.close(summary, live.state.progress if live is not None else None)
-            except OSError as exc:  # a read-only folder must not turn a finished run into an error
-                print(f"trainmate: TensorBoard events not written: {exc}")
-        _record(summary, options, session, namespace, tensorboard)
-    return summary
+                undo(*args)
+            except Exception as exc:
+                self.report(what, exc)
+
+        return run_undo
+
+    def report(self, what: str, exc: Exception) -> None:
+        """An event in the widget/text view and the run record, and a line when it is too late
+        for the display to show it."""
+        if what == "checkpoint" and isinstance(exc, TrainmateError):
+            message = str(exc)  # "checkpoint not written: ..."
+            self.checkpoint_failure = self.checkpoint_failure or exc
+        else:
+            message = f"{what} failed: {type(exc).__name__}: {exc}"
+        run = self._run
+        if run.summary is None:
+            run.session.event(message)
+        else:
+            run.late_events.append(message)
+            print(f"trainmate: {message}", flush=True)
+
+    def raise_checkpoint_failure(self) -> None:
+        """After a cell that succeeded: a checkpoint that was not written fails the run."""
+        if self.checkpoint_failure is not None:
+            raise self.checkpoint_failure
+
+
+def _install(
+    session: TrainSession,
+    namespace: dict[str, Any],
+    result: RewriteResult,
+    stack: contextlib.ExitStack,
+    undos: _Undos,
+) -> None:
+    """Make the session reachable as `__trainmate__` from the cell, and swap in the rewritten
+    functions and methods (each put back when the cell ends, however it ends)."""
+    namespace[SESSION] = session
+    stack.callback(undos.guarded("session", namespace.pop, SESSION, None))
+    rewritten = Installed(result, namespace)
+    stack.callback(undos.guarded("restore", rewritten.undo))
+    rewritten.install(session)
 
 
 def _options_text(options: TrainOptions) -> str:
@@ -175,13 +256,9 @@ def _options_text(options: TrainOptions) -> str:
     return "%%train " + " ".join(changed) if changed else "%%train (defaults)"
 
 
-def _record(
-    summary: RunSummary,
-    options: TrainOptions,
-    session: TrainSession,
-    namespace: dict[str, Any],
-    tensorboard: TensorBoardLog | None = None,
-) -> None:
+def _write_run_record(run: _Run, options: TrainOptions, namespace: dict[str, Any]) -> None:
+    """Append the run's line to `runs/runs.jsonl` (see `runtime.records`)."""
+    summary, session, tensorboard = run.final_summary(), run.session, run.tensorboard
     notebook = notebook_path(namespace)
     info = session.loader_info
     hyper = hyperparameters(namespace, info.batch_size if info else None, session.epochs_total)

@@ -28,8 +28,8 @@ def _own_working_directory(
 
 
 @pytest.fixture(autouse=True)
-def _fresh_rewrite_cache() -> None:
-    """A test never reuses a rewrite another test cached (module-level state, reset per test)."""
-    from jupyter_trainmate.rewrite import clear_cache
+def _fresh_module_state() -> None:
+    """No test sees the last run, the active session or the rewrite cache of another."""
+    from jupyter_trainmate._state import reset
 
-    clear_cache()
+    reset()

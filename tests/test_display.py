@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from jupyter_trainmate.display.chart import line_chart
-from jupyter_trainmate.display.history import BoundedSeries, Throttle
+from jupyter_trainmate.display.history import BoundedSeries
+from jupyter_trainmate.display.live import Throttle
 from jupyter_trainmate.display.render import duration, html_block, progress_text
 from jupyter_trainmate.display.state import RunState
 from jupyter_trainmate.display.views import TextView

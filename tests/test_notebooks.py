@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
@@ -64,6 +65,19 @@ def test_input_bound_notebook_names_the_cause_and_tune_loader_reports(
     assert report.count("ms/batch") == 3  # num_workers 0, 1 and 2 on this 2-CPU machine
     assert report.count("<- used") == 1
     assert "2,048 samples" in tuned  # the tuned run trained on every sample, none twice
+
+
+@pytest.mark.slow
+def test_refactor_notebook_shows_the_package_its_tests_pass_and_it_trains(tmp_path: Path) -> None:
+    nb = execute("refactor_to_package.ipynb", tmp_path)
+    text = outputs_text(nb)
+    assert "trainmate refactor: wrote spiral_pkg" in text
+    assert "spiral_pkg/spiral/__main__.py" in text
+    (summary,) = [line for line in text.splitlines() if re.search(r"\d+ (passed|failed)", line)]
+    assert " passed" in summary
+    assert "failed" not in summary
+    assert "final loss" in text.split(summary)[1]  # `python -m spiral train` ran the training
+    assert (tmp_path / "spiral.ipynb").exists()  # the notebook the refactor read is untouched
 
 
 @pytest.mark.slow

@@ -59,17 +59,3 @@ class BoundedSeries:
     @property
     def ys(self) -> list[float]:
         return [p[1] for p in self.points()]
-
-
-class Throttle:
-    """Lets an update through at most once per `interval` seconds."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self._last = float("-inf")
-
-    def ready(self, now: float) -> bool:
-        if now - self._last >= self.interval:
-            self._last = now
-            return True
-        return False

@@ -2,7 +2,11 @@
 The live display of a `%%train` run: a thread that, a few times a second, reads the session's
 progress and the sampler's latest device reading into the `RunState` and redraws the view.
 
-Nothing runs on the training thread: the loop pays for none of this (see BENCHMARKS.md).
+Nothing runs on the training thread: the loop pays for none of this (see BENCHMARKS.md). A failure
+of the thread (a reading, the status file, TensorBoard, drawing) never stops the training: it is
+reported once, as an event of the run (the widget, the text view, the summary and the run record
+show it), and a view that fails to draw gives way to the text view (a text view that fails, to the
+summary line alone).
 """
 
 from __future__ import annotations
@@ -19,20 +23,31 @@ from ..monitor.nvml import shared_nvml
 from ..monitor.sampler import Sampler
 from ..runtime.summary import RunSummary
 from .advice import Advice, Measurements, advise
-from .history import Throttle
 from .state import GiB, RunState, Snapshot
 from .views import TextView, View, WidgetView, widgets_available
 
 if TYPE_CHECKING:
+    from ..runtime.session import TrainSession
     from ..runtime.status import StatusWriter
     from ..runtime.tensorboard import TensorBoardLog
-
-if TYPE_CHECKING:
-    from ..runtime.session import TrainSession
 
 DisplayMode = Literal["auto", "widget", "text", "off"]
 REFRESH_S = 0.25
 SAMPLE_S = 1.0
+
+
+class Throttle:
+    """Lets an update through at most once per `interval` seconds."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._last = float("-inf")
+
+    def ready(self, now: float) -> bool:
+        if now - self._last >= self.interval:
+            self._last = now
+            return True
+        return False
 
 
 class LiveDisplay:
@@ -50,6 +65,10 @@ class LiveDisplay:
         self.tensorboard = tensorboard
         self.state = RunState()
         self.item_lines = item_lines
+        self.title = title
+        self.finish_failure: str | None = None  # a failure of the final drawing (after the summary)
+        self._reported: set[str] = set()
+        self._text_failed = False
         self.sampler = Sampler(shared_nvml())
         if mode == "auto":
             mode = "widget" if widgets_available() else "text"
@@ -118,22 +137,53 @@ class LiveDisplay:
     def _loop(self) -> None:
         # The state is refreshed at REFRESH_S (that is the loss curve's sampling rate); the view
         # redraws only when its throttle lets it (a few times a second, or every 10 s as text).
-        view = self.view
-        redraw = Throttle(view.interval if view is not None else float("inf"))
+        redraw = Throttle(self.view.interval if self.view is not None else float("inf"))
         sample = Throttle(SAMPLE_S)
         while not self._stop.wait(REFRESH_S):
-            with contextlib.suppress(Exception):  # a reading or drawing error never stops training
-                now = time.monotonic()
-                sampled = sample.ready(now)
-                if sampled:
-                    self.sampler.sample_once()
-                    if self.status is not None and self.status.active:
-                        self.status.write()
-                self._refresh()
-                if sampled and self.tensorboard is not None:
-                    self.tensorboard.progress(self.state.progress)
-                if view is not None and redraw.ready(now):
-                    view.update(self.snapshot())
+            redraw = self.tick(time.monotonic(), redraw, sample)
+
+    def tick(self, now: float, redraw: Throttle, sample: Throttle) -> Throttle:
+        """One turn of the display thread; returns the redraw throttle (a new one after the view
+        gave way to another)."""
+        try:
+            sampled = sample.ready(now)
+            if sampled:
+                self.sampler.sample_once()
+                if self.status is not None and self.status.active:
+                    self.status.write()
+            self._refresh()
+            if sampled and self.tensorboard is not None:
+                self.tensorboard.progress(self.state.progress)
+        except Exception as exc:  # reported once; the training goes on
+            self._report("reading the run", exc)
+        view = self.view
+        if view is not None and redraw.ready(now):
+            try:
+                view.update(self.snapshot())
+            except Exception as exc:
+                self._give_way(view, exc)
+                return Throttle(self.view.interval if self.view is not None else float("inf"))
+        return redraw
+
+    def _report(self, what: str, exc: Exception, then: str = "") -> str:
+        message = f"display: {what} failed ({type(exc).__name__}: {exc}){then}"
+        if what not in self._reported:
+            self._reported.add(what)
+            self.session.event(message)  # the summary, the run record and this display
+        return message
+
+    def _give_way(self, view: View, exc: Exception) -> None:
+        """A view that failed to draw: the text view takes over (after the text view, none)."""
+        if isinstance(view, TextView):
+            self.view = None
+            self._text_failed = True
+            self._report("drawing", exc, "; the summary line is shown at the end")
+            return
+        self.view = TextView(self.title)
+        message = self._report("drawing", exc, "; the text view takes over")
+        if isinstance(view, WidgetView):
+            with contextlib.suppress(Exception):  # reported above; the widget may be gone
+                view.note(message)
 
     def halt(self) -> None:
         """Stop the thread (before the status file is removed, so it cannot write it again)."""
@@ -144,11 +194,25 @@ class LiveDisplay:
     def finish(self, summary: RunSummary) -> Snapshot:
         """Draw the final state (it stays in the saved notebook)."""
         self.halt()
-        with contextlib.suppress(Exception):
+        try:
             self._refresh()
+        except Exception as exc:
+            self.finish_failure = self._report("reading the run", exc)
         snap = self.snapshot(summary)
-        if self.view is not None:
-            self.view.finish(snap)
-        else:  # --display off: the summary line only
+        if self.view is None:  # --display off: the summary line only
             print(summary.line(), flush=True)
+            if self._text_failed:  # with the events (the failure among them) it could not show
+                for event in snap.events:
+                    print(f"[{self.title}] {event}", flush=True)
+            return snap
+        try:
+            self.view.finish(snap)
+        except Exception as exc:  # after the summary was made: a line of the text view
+            message = (
+                f"display: drawing failed ({type(exc).__name__}: {exc}); the text view takes over"
+            )
+            self.finish_failure = message
+            self.state.event(message)
+            snap = self.snapshot(summary)
+            TextView(self.title).finish(snap)
         return snap

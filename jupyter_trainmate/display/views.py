@@ -8,6 +8,7 @@ compact line every `TEXT_INTERVAL_S`.
 
 from __future__ import annotations
 
+import html
 import sys
 import time
 from typing import Any, Protocol
@@ -56,6 +57,10 @@ class WidgetView:
             f"<li>{a.message}</li>" for a in snap.advice
         ]
         self.notes.value = f"<ul>{''.join(extra)}</ul>" if extra else ""
+
+    def note(self, text: str) -> None:
+        """One line under the chart, alone (when drawing the rest failed)."""
+        self.notes.value = f"<ul><li>{html.escape(text)}</li></ul>"
 
     def finish(self, snap: Snapshot) -> None:
         from IPython.display import display

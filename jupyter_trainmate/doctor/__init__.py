@@ -1,5 +1,5 @@
 """
-`trainmate doctor`: the checks a practitioner runs before a long training job.
+Internal (for contributors): `trainmate doctor`: the checks a practitioner runs before a long training job.
 
 Each check gives a `Finding`: ok, warn or fail, the value it saw and one line of advice. No GPU or
 no NVML is a normal answer. `run_checks()` gathers them; `report` renders a table or JSON.

@@ -1,5 +1,5 @@
 """
-Metric sources behind one interface: NVML for NVIDIA GPUs (`nvml.NvmlSource`), psutil and the
+Internal (for contributors): metric sources behind one interface: NVML for NVIDIA GPUs (`nvml.NvmlSource`), psutil and the
 cgroup for the host (`host.HostSource`), and a fake GPU source for tests on machines without a GPU
 (`fake.FakeGpuSource`, which says so in every answer). NVML absent is a normal state: the answer
 is `available: false` with the reason, never an exception and never zeros.

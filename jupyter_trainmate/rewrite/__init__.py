@@ -1,5 +1,5 @@
 """
-The `%%train` rewrite (libcst): find the training idioms in a cell, route them through the session.
+Internal (for contributors): the `%%train` rewrite (libcst): find the training idioms in a cell, route them through the session.
 
 `rewrite_cell()` never raises on code it does not understand: it returns the new code and the
 notes, what was instrumented and what was left alone and why, as an immutable `RewriteResult`
@@ -359,8 +359,8 @@ _CACHE: OrderedDict[tuple[str, frozenset[object]], tuple[RewriteResult, _Recordi
 _CACHE_SIZE = 64
 
 
-def clear_cache() -> None:
-    """Forget every cached rewrite (tests start from a clean state)."""
+def reset() -> None:
+    """Forget every cached rewrite (tests: each starts with an empty cache)."""
     _CACHE.clear()
 
 

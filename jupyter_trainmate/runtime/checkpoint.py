@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -144,10 +145,40 @@ def load(path: Path) -> dict[str, Any]:
     return payload
 
 
+_NAME = re.compile(r"step-(\d+)(?:-epoch-(\d+)(-end)?)?")
+
+
+def checkpoint_name(steps: int, epoch: int, position: int) -> str:
+    """The file name of a checkpoint: the run's step count and the epoch it holds.
+
+    `step-00000024-epoch-0002.pt` was taken during the 2nd epoch (0-based `epoch` 1, `position`
+    batches into it); `step-00000032-epoch-0002-end.pt` when the 2nd epoch was complete (`epoch` 2,
+    `position` 0: the next epoch starts fresh from it).
+    """
+    if position == 0:
+        return f"step-{steps:08d}-epoch-{epoch:04d}-end.pt"
+    return f"step-{steps:08d}-epoch-{epoch + 1:04d}.pt"
+
+
+def _order(path: Path) -> tuple[int, int, int, int]:
+    match = _NAME.fullmatch(path.stem)
+    assert match is not None
+    steps, epoch, end = match.groups()
+    with contextlib.suppress(OSError):
+        return (path.stat().st_mtime_ns, int(steps), int(epoch or 0), 1 if end else 0)
+    return (0, int(steps), int(epoch or 0), 1 if end else 0)
+
+
 def checkpoints(directory: Path) -> list[Path]:
-    """The checkpoints in `directory`, oldest first (by the step in their name)."""
-    found = [p for p in directory.glob("step-*.pt") if p.stem.removeprefix("step-").isdigit()]
-    return sorted(found, key=lambda p: int(p.stem.removeprefix("step-")))
+    """The checkpoints in `directory`, oldest first.
+
+    By the time each was written (a run started afresh in a folder of older checkpoints writes
+    lower step counts, and its checkpoints are still the latest), then by the step and epoch in
+    the name (writes within one clock tick). Names of earlier versions (`step-00000015.pt`, a
+    count of saves) are read too.
+    """
+    found = [p for p in directory.glob("step-*.pt") if _NAME.fullmatch(p.stem)]
+    return sorted(found, key=_order)
 
 
 def prune(directory: Path, keep: int) -> None:

@@ -1,6 +1,8 @@
 """
-Guards of a run: NaN/inf losses (`--on-nan stop|skip|rollback`) and early stopping
-(`--patience N --monitor NAME --mode min|max` on metrics from `jupyter_trainmate.log`).
+The guards of a run, each on its own: NaN/inf losses (`--on-nan stop|skip|rollback`), gradient-norm
+spikes (`--on-spike warn|skip|rollback`), the rollback state they share, and early stopping
+(`--patience N --monitor NAME --mode min|max` on metrics from `jupyter_trainmate.log`). How a run
+applies them is `guarding`.
 
 When a NaN is seen: `stop` keeps the loss flags on the device and reads them every
 `STOP_CHECK_EVERY` steps, so it costs no host-device synchronisation per step and may notice up to
@@ -21,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..errors import TrainmateError
+from ..errors import NanDetected as NanDetected
 
 STOP_CHECK_EVERY = 16
 
@@ -35,16 +37,13 @@ class StopRun(Exception):
         self.reason = reason
 
 
-class NanDetected(TrainmateError):
-    """`--on-nan stop` found a non-finite loss; the run fails with this one-line reason."""
-
-
 @dataclass
 class NanGuard:
+    """Non-finite losses (`--on-nan`): flags kept on the device under `stop`, read at once else."""
+
     policy: str  # "off" | "stop" | "skip" | "rollback"
     pending: list[tuple[int, torch.Tensor]] = field(default_factory=list)
     skipped: int = 0
-    snapshot: dict[str, Any] | None = None
 
     def watch(self, step: int, loss: torch.Tensor) -> bool:
         """Called with each loss before backward; False: drop this step (skip/rollback)."""
@@ -64,15 +63,22 @@ class NanGuard:
             if not ok:
                 raise NanDetected(f"--on-nan stop: non-finite loss at step {step}")
 
+
+@dataclass
+class Rollback:
+    """The last good state of the models and optimizers (taken at each epoch's start), restored
+    by `--on-nan rollback` and `--on-spike rollback` alike."""
+
+    snapshot: dict[str, Any] | None = None
+
     def remember(self, objects: dict[str, dict[str, Any]]) -> None:
-        """Keep the models' and optimizers' states (rollback's last good state)."""
         self.snapshot = {
             kind: {name: copy.deepcopy(obj.state_dict()) for name, obj in found.items()}
             for kind, found in objects.items()
             if kind in ("models", "optimizers")
         }
 
-    def roll_back(self, objects: dict[str, dict[str, Any]]) -> bool:
+    def restore(self, objects: dict[str, dict[str, Any]]) -> bool:
         if self.snapshot is None:
             return False
         for kind, states in self.snapshot.items():

@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..errors import TrainmateError
+from .accumulation import Accumulation
 from .batch import batch_size
-
-if TYPE_CHECKING:
-    from .session import TrainSession
 
 
 def split_batch(batch: Any, size: int, parts: int) -> list[Any]:
@@ -85,8 +83,18 @@ def split_batch(batch: Any, size: int, parts: int) -> list[Any]:
 class OutOfMemoryRetry:
     """The `parts()` generator and the `with` guard of one run (see the module docstring)."""
 
-    def __init__(self, session: TrainSession) -> None:
-        self._session = session
+    def __init__(
+        self,
+        accumulation: Accumulation,
+        *,
+        steps: Callable[[], int],
+        report: Callable[[str], None],
+        drop_gradients: Callable[[], None],
+    ) -> None:
+        self._accumulation = accumulation
+        self._steps = steps  # the run's step count, for messages
+        self._report = report
+        self._drop_gradients = drop_gradients
         self.parts_per_batch = 1  # the split that worked last; kept for the rest of the run
         self.index = 0  # which micro-batch of the current batch is running
         self.count = 1  # how many micro-batches the current batch runs as
@@ -106,8 +114,8 @@ class OutOfMemoryRetry:
 
     def parts(self, batch: Any, names: tuple[str, ...] = ()) -> Iterator[Any]:
         self._names = names
-        session = self._session
-        self._pending_at_start = session._pending
+        accumulation = self._accumulation
+        self._pending_at_start = accumulation.pending
         if self.parts_per_batch == 1:
             self._failed = None
             yield batch
@@ -119,7 +127,7 @@ class OutOfMemoryRetry:
             while True:
                 if self._failed is not None:
                     parts = self._more_parts(parts, size)
-                    session._pending = self._pending_at_start
+                    accumulation.pending = self._pending_at_start  # the batch is redone
                 self._failed = None
                 pieces = split_batch(batch, size, min(parts, size) if size else 1)
                 self.count = len(pieces)
@@ -138,13 +146,13 @@ class OutOfMemoryRetry:
         error = self._failed
         if size <= 1 or parts >= size:
             raise TrainmateError(
-                f"out of memory at step {self._session.timer.totals.steps} even with micro-batches "
+                f"out of memory at step {self._steps()} even with micro-batches "
                 f"of 1 sample: make the model or the input smaller ({error})"
             )
         more = min(parts * 2, size)
         per = -(-size // more)
-        self._session.event(
-            f"out of memory at step {self._session.timer.totals.steps}: the batch of {size} now "
+        self._report(
+            f"out of memory at step {self._steps()}: the batch of {size} now "
             f"runs as {more} micro-batches of {per} (same effective batch)"
         )
         return more
@@ -160,11 +168,10 @@ class OutOfMemoryRetry:
     ) -> bool:
         if kind is None or not issubclass(kind, torch.OutOfMemoryError):
             return False
-        session = self._session
-        if session.accumulate > 1 and self._pending_at_start > 0:
+        if self._accumulation.active and self._pending_at_start > 0:
             # Gradients of earlier batches of the window are summed in .grad with this one's
             # partial ones: they cannot be told apart, so the step cannot be redone.
-            session.event("out of memory inside an --accumulate window: the step cannot be retried")
+            self._report("out of memory inside an --accumulate window: the step cannot be retried")
             return False
         assert error is not None
         self._failed = str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -184,6 +191,6 @@ class OutOfMemoryRetry:
             if tb.tb_next is not None:
                 traceback.clear_frames(tb.tb_next)  # the model's frames: activations
         error.__traceback__ = None
-        self._session.drop_gradients()
+        self._drop_gradients()
         if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             torch.cuda.empty_cache()

@@ -18,17 +18,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .._version import __version__
 from .options import TrainOptions
 from .summary import RunSummary
 
 RECORDS = "runs.jsonl"
-
-
-def runs_folder(notebook: str | None) -> Path:
-    return (Path(notebook).parent if notebook else Path.cwd()) / "runs"
 
 
 def git_commit(directory: Path) -> str | None:
@@ -69,6 +63,7 @@ def hyperparameters(
     namespace: Mapping[str, object], batch_size: int | None, epochs: int | None
 ) -> dict[str, Any]:
     """What the run's objects say about it: learning rates, optimizer and scheduler names, sizes."""
+    import torch  # here: reading records (`trainmate runs`, the refactor's docs) needs no torch
     optimizers, schedulers, params = {}, {}, 0
     trained: set[int] = set()
     for name, value in namespace.items():
@@ -101,6 +96,8 @@ def make_record(
     checkpoint: Path | None,
     commit: str | None,
 ) -> dict[str, Any]:
+    import torch
+
     data = asdict(summary)
     return {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -30,12 +29,6 @@ def status_dir(runtime_dir: str | None = None) -> Path:
 
         runtime_dir = jupyter_runtime_dir()
     return Path(runtime_dir) / STATUS_SUBDIR
-
-
-def notebook_path(namespace: Mapping[str, object]) -> str | None:
-    """The notebook a kernel runs, as the Jupyter server told it (None in a plain IPython)."""
-    path = os.environ.get("JPY_SESSION_NAME") or namespace.get("__session__")
-    return str(path) if path else None
 
 
 class StatusWriter:
@@ -69,8 +62,8 @@ class StatusWriter:
         self.active = True
 
     def write(self) -> None:
-        record = {**self._identity, **asdict(self._progress()), "updated": time.time()}
-        write_text_atomically(self.path, json.dumps(record))
+        status = {**self._identity, **asdict(self._progress()), "updated": time.time()}
+        write_text_atomically(self.path, json.dumps(status))
 
     def stop(self) -> None:
         self.active = False

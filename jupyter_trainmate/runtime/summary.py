@@ -100,6 +100,12 @@ def last_run() -> RunSummary | None:
     return _last
 
 
-def _record(summary: RunSummary) -> None:
+def remember_last_run(summary: RunSummary) -> None:
     global _last
     _last = summary
+
+
+def reset() -> None:
+    """Forget the last run (tests: each starts with none)."""
+    global _last
+    _last = None

@@ -1,4 +1,4 @@
-"""Jupyter server extension: authenticated REST handlers under `<base_url>/trainmate/api/`."""
+"""Internal (for contributors): the Jupyter server extension: authenticated REST handlers under `<base_url>/trainmate/api/`."""
 
 from __future__ import annotations
 

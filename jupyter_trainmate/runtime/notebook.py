@@ -1,0 +1,19 @@
+"""Where the notebook of a run is, as the Jupyter server told the kernel, and the folder beside it
+that holds its run records, TensorBoard logs and default checkpoints."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def notebook_path(namespace: Mapping[str, object]) -> str | None:
+    """The notebook a kernel runs, as the Jupyter server told it (None in a plain IPython)."""
+    path = os.environ.get("JPY_SESSION_NAME") or namespace.get("__session__")
+    return str(path) if path else None
+
+
+def runs_folder(notebook: str | None) -> Path:
+    """`runs/` beside the notebook (or in the working directory)."""
+    return (Path(notebook).parent if notebook else Path.cwd()) / "runs"

@@ -1,0 +1,246 @@
+"""
+Checkpoints of a run, out and in: what a checkpoint holds (the notebook's training objects, the
+random generators, the GradScaler, the gradients of an open accumulation window) and where the
+run was (epoch, batches done in it, steps), written every `--every` steps, at each epoch's end and
+on an interrupt; and, with `--resume`, the same loaded back and the interrupted epoch continued
+from the batch after the last complete one, in the order it was drawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import TrainmateError
+from .accumulation import Accumulation
+from .checkpoint import (
+    FORMAT,
+    VERSION,
+    CheckpointWriter,
+    checkpoint_name,
+    rng_state,
+    set_rng_state,
+    snapshot_state,
+    trainable_objects,
+)
+from .options import TrainOptions
+from .tune import Candidate, loader_like, tunable
+
+
+class Checkpoints:
+    """The checkpoint state of one run (`directory` None: the run writes none)."""
+
+    def __init__(
+        self,
+        options: TrainOptions,
+        namespace: Mapping[str, object],
+        accumulation: Accumulation,
+        scaler: torch.amp.GradScaler | None,
+        *,
+        steps: Callable[[], int],
+        report: Callable[[str], None],
+    ) -> None:
+        self.directory = Path(options.checkpoint) if options.checkpoint else None
+        self.last: Path | None = None  # the newest checkpoint handed to the writer
+        # Whether the weights changed since the batch in progress arrived (set by the session on
+        # every real optimizer step, and on backward() inside an accumulation window).
+        self.updated = False
+        self._options = options
+        self._namespace = namespace
+        self._accumulation = accumulation
+        self._scaler = scaler
+        self._steps = steps
+        self._report = report
+        self._writer = CheckpointWriter(options.keep)
+        self._steps_before = 0  # steps of the run this one resumed (checkpoint names count on)
+        self._resume: dict[str, Any] | None = None  # a loaded checkpoint, until its epoch starts
+        self._epochs_to_skip = 0
+        self._epoch_rng: dict[str, Any] | None = None  # the RNG before the epoch drew its order
+        self._rng_after_fetch: torch.Tensor | None = None
+        self._in_body = False  # between a batch's arrival and the request for the next
+        self._epoch = 0  # the epoch in progress, 0-based in the epoch loop
+        self._done = 0  # batches completed in the epoch in progress
+
+    # -- out -------------------------------------------------------------------------------------
+
+    def save(self, position: int, epoch: int, torch_rng: torch.Tensor | None = None) -> Path:
+        """Hand a checkpoint of the notebook's training objects to the writer (batch boundary)."""
+        assert self.directory is not None
+        objects = trainable_objects(self._namespace)
+        rng = rng_state()
+        if torch_rng is not None:
+            rng["torch"] = torch_rng
+        # Copied here, on the training thread: the writer thread serialises while training goes
+        # on, and state_dict() tensors share storage with the live weights and optimizer states.
+        states = {
+            kind: {n: snapshot_state(o.state_dict()) for n, o in found.items()}
+            for kind, found in objects.items()
+        }
+        accumulation = self._accumulation
+        if accumulation.mid_window:
+            # The gradients summed so far are part of the state (the batches that produced them
+            # are not seen again after a resume).
+            states["grads"] = {
+                name: {
+                    key: None if p.grad is None else snapshot_state(p.grad)
+                    for key, p in model.named_parameters()
+                }
+                for name, model in objects["models"].items()
+            }
+        steps = self._steps_before + self._steps()
+        payload = {
+            "format": FORMAT,
+            "version": VERSION,
+            **states,
+            "pending": accumulation.pending if accumulation.active else 0,
+            "scaler": self._scaler.state_dict() if self._scaler is not None else None,
+            "rng": rng,
+            "epoch_rng": self._epoch_rng if position else None,
+            "epoch": epoch,
+            "position": position,
+            "steps": steps,
+        }
+        path = self.directory / checkpoint_name(steps, epoch, position)
+        self._writer.submit(payload, path)
+        self.last = path
+        return path
+
+    def iterate(self, batches: Iterator[Any], done: int, epoch: int) -> Iterator[Any]:
+        """`batches` (an epoch from batch `done` on) with checkpoints: every `--every` steps, at
+        the epoch's end, and enough state kept per step (the torch RNG after each fetch) to
+        checkpoint an interrupted step."""
+        every, steps = self._options.every, self._steps
+        self._done, self._epoch = done, epoch
+        fetched = False
+        for batch in batches:
+            fetched = True
+            self._rng_after_fetch = torch.get_rng_state()
+            self.updated = False
+            self._in_body = True
+            yield batch
+            self._in_body = False
+            self._done += 1
+            if every and steps() % every == 0:
+                self.save(self._done, epoch)
+        self._done = 0
+        self._epoch_rng = None
+        self.save(0, epoch + 1 if fetched else epoch)  # the epoch is done: the next starts fresh
+
+    def after_error(self, what: str) -> None:
+        """On Ctrl-C or an exception: save the last complete step and say how to continue."""
+        if self.directory is None or (not self._in_body and self._done == 0):
+            return  # outside a batch loop: the epoch-end checkpoint is the latest state
+        done, epoch = self._done, self._epoch
+        if self._in_body and self.updated:  # the step had updated the weights: it counts
+            done += 1
+            path = self.save(done, epoch)
+        elif self._in_body:  # it had not: back to the moment its batch arrived
+            path = self.save(done, epoch, torch_rng=self._rng_after_fetch)
+        else:
+            path = self.save(done, epoch)
+        self._report(
+            f"{what} in epoch {epoch + 1} after {done} batches: checkpoint {path}; "
+            "continue with %%train --resume"
+        )
+        self._writer.wait()
+
+    def wait(self) -> None:
+        """Return when every checkpoint handed over is on disk (raises for a failed write)."""
+        self._writer.wait()
+
+    # -- in --------------------------------------------------------------------------------------
+
+    def load(self, payload: dict[str, Any]) -> None:
+        """Load a checkpoint's states into the notebook's objects (before the cell runs)."""
+        objects = trainable_objects(self._namespace)
+        for kind in ("models", "optimizers", "schedulers"):
+            for name, state in payload[kind].items():
+                target = objects[kind].get(name)
+                if target is None:
+                    raise TrainmateError(
+                        f"--resume: the checkpoint has {kind[:-1]} {name!r}, the notebook has none"
+                    )
+                try:
+                    target.load_state_dict(state)
+                except (RuntimeError, ValueError, KeyError) as exc:
+                    first = str(exc).strip().splitlines()[0][:160]
+                    raise TrainmateError(
+                        f"--resume: {name} does not match the checkpoint: {first}"
+                    ) from None
+        if payload.get("scaler") is not None and self._scaler is not None:
+            self._scaler.load_state_dict(payload["scaler"])
+        for name, grads in (payload.get("grads") or {}).items():
+            params = dict(objects["models"][name].named_parameters())
+            for key, grad in grads.items():
+                if key in params:
+                    p = params[key]
+                    p.grad = None if grad is None else grad.to(p.device, p.dtype)
+        if payload.get("pending") and self._accumulation.active:
+            self._accumulation.pending = int(payload["pending"])
+        self._steps_before = int(payload.get("steps") or 0)
+        self._epochs_to_skip = int(payload["epoch"])
+        self._resume = dict(payload)
+        self._apply_settings(objects["optimizers"])
+
+    def _apply_settings(self, optimizers: dict[str, torch.optim.Optimizer]) -> None:
+        """`--set lr=3e-4`: write the values into every param group that has that setting."""
+        for item in self._options.set:
+            name, _, text = item.partition("=")
+            value = float(text)
+            groups = [g for opt in optimizers.values() for g in opt.param_groups if name in g]
+            if not groups:
+                raise TrainmateError(f"--set {item}: no optimizer has a setting {name!r}")
+            for group in groups:
+                group[name] = value
+                if name == "lr" and "initial_lr" in group:
+                    group["initial_lr"] = value  # schedulers scale from here
+            self._report(f"--set {name}={value:g} on {len(groups)} parameter group(s)")
+
+    def take_epochs_done(self) -> int:
+        """Epochs the resumed run had finished (the epoch loop skips them), once; else 0."""
+        if self._resume is None:
+            return 0
+        done, self._epochs_to_skip = self._epochs_to_skip, 0
+        return done
+
+    @property
+    def resuming(self) -> bool:
+        """Whether the next batch loop continues the checkpoint's epoch."""
+        return self._resume is not None
+
+    def epoch_starting(self) -> None:
+        """A fresh epoch: keep the RNG before its order is drawn (a resume draws it again)."""
+        if self.directory is not None:
+            self._epoch_rng = rng_state()
+
+    def resumed_epoch(self, iterable: Iterable[Any]) -> tuple[Iterable[Any], int]:
+        """The checkpoint's epoch, from the batch after the last complete one, and that position."""
+        resume = self._resume
+        assert resume is not None
+        self._resume = None
+        position = int(resume["position"])
+        if position == 0:
+            set_rng_state(resume["rng"])
+            self._epoch_rng = rng_state()
+            return iterable, 0
+        set_rng_state(resume["epoch_rng"])  # the epoch's order, drawn again as it was
+        self._epoch_rng = resume["epoch_rng"]
+        source: Iterable[Any]
+        if isinstance(iterable, torch.utils.data.DataLoader) and tunable(iterable) is None:
+            torch.empty((), dtype=torch.int64).random_(generator=iterable.generator)
+            order = list(iterable.batch_sampler)  # type: ignore[arg-type]
+            current = Candidate(iterable.num_workers, bool(iterable.pin_memory))
+            source = loader_like(
+                iterable, order[position:], current, False, torch.Generator().manual_seed(0)
+            )
+        else:
+            it = iter(iterable)
+            for _ in range(position):
+                next(it)
+            source = it
+        set_rng_state(resume["rng"])  # then every draw continues where the run stopped
+        self._report(f"resumed after {position} batches of the epoch in progress")
+        return source, position

@@ -1,0 +1,60 @@
+"""The batches collaborator on its own (no rewrite, no IPython): counts, position, window ends."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from jupyter_trainmate.runtime.options import TrainOptions
+from jupyter_trainmate.runtime.session import TrainSession
+
+
+def session(**options: object) -> TrainSession:
+    model = torch.nn.Linear(2, 1)
+    namespace = {"model": model, "opt": torch.optim.SGD(model.parameters(), lr=0.1)}
+    return TrainSession(TrainOptions(**options), namespace)  # type: ignore[arg-type]
+
+
+BATCHES = [torch.ones(3, 2)] * 4
+
+
+def test_epochs_steps_and_position_as_the_loops_run() -> None:
+    s = session()
+    seen = []
+    for epoch in s.epochs(range(3)):
+        for i, _ in enumerate(s.batches(BATCHES)):
+            at = s.progress()
+            seen.append((at.epoch, at.step_in_epoch, at.fraction))
+            if (epoch, i) == (1, 1):
+                assert (at.steps, at.samples, at.steps_per_epoch, at.epochs_total) == (6, 18, 4, 3)
+    assert seen[0] == (1, 1, pytest.approx(1 / 12))
+    assert seen[5] == (2, 2, pytest.approx(6 / 12))
+    assert seen[-1] == (3, 4, pytest.approx(1.0))
+    after = s.progress()
+    assert (after.epoch, after.step_in_epoch, after.fraction) == (3, 4, pytest.approx(1.0))
+    summary = s.close("finished")
+    assert (summary.epochs, summary.steps, summary.samples) == (3, 12, 36)
+
+
+def test_an_iter_that_fetches_nothing_is_no_epoch_and_len_passes_through() -> None:
+    s = session()
+    loop = s.batches(BATCHES)
+    assert len(loop) == 4
+    iter(loop)  # tqdm's spare iter(): never advanced
+    assert s.close("finished").epochs == 0
+
+
+def test_next_batch_counts_a_step_and_its_samples() -> None:
+    s = session()
+    it = iter(BATCHES)
+    s.next_batch(it)
+    assert s.next_batch(iter(()), None) is None
+    totals = s.timer.totals
+    assert (totals.steps, totals.samples) == (2, 3)
+
+
+def test_the_last_batch_closes_a_short_accumulation_window() -> None:
+    s = session(accumulate=3)
+    flags = [s.accumulation.last_batch for _ in s.batches(BATCHES)]
+    assert flags == [False, False, False, True]
+    assert s.accumulation.last_batch is False  # reset when the epoch ends
