@@ -16,7 +16,6 @@ from .stepping import Stepping
 from .summary import Outcome, RunProgress, RunSummary
 from .timing import StepTimer
 
-
 UNREACHED = (
     "steps counted at optimizer steps: the rewrite reached no training loop (%%train --show "
     "says why)"

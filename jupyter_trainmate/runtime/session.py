@@ -189,9 +189,7 @@ class TrainSession:
 
     def progress(self) -> RunProgress:
         """A snapshot of where the run is, for the status file and the display (any thread)."""
-        return self.report.progress(
-            self._batches, self.stepping, self._last_loss, self._backwards
-        )
+        return self.report.progress(self._batches, self.stepping, self._last_loss, self._backwards)
 
     def log(self, values: dict[str, float]) -> None:
         """Metrics the cell reports with `jupyter_trainmate.log(name=value)`."""
