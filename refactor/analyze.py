@@ -20,11 +20,12 @@ from typing import Literal
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import GlobalScope, PositionProvider, Scope, ScopeProvider
+from libcst.metadata import CodeRange, GlobalScope, PositionProvider, Scope, ScopeProvider
 
 from .read import CodeCell, Notebook
 
 Scopes = Mapping[cst.CSTNode, Scope | None]
+Positions = Mapping[cst.CSTNode, CodeRange]
 Kind = Literal["import", "function", "class", "constant", "statement"]
 BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "get_ipython", "display"}
 
@@ -40,6 +41,7 @@ class Item:
     reads: tuple[str, ...] = ()  # global names it reads (free variables of a def)
     value: object = None  # a constant's value
     train_cell: bool = False  # the body of a %%train cell
+    declares: tuple[str, ...] = ()  # names a def declares `global` (module state)
 
     @property
     def code(self) -> str:
@@ -103,7 +105,7 @@ def analyze(nb: Notebook) -> Analysis:
         at = positions[statement].start.line
         index = bisect.bisect_right(starts, at) - 1
         cell = good[index]
-        out.items.append(_item(cell, statement, at - starts[index] + 1, scopes))
+        out.items.append(_item(cell, statement, at - starts[index] + 1, scopes, positions))
     for item in out.items:
         if item.cell.train_options is not None and item.kind in ("statement", "constant"):
             item.train_cell = True
@@ -131,11 +133,23 @@ def _opened(body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
     return opened
 
 
-def _item(cell: CodeCell, node: cst.BaseStatement, line: int, scopes: Scopes) -> Item:
+def _item(
+    cell: CodeCell, node: cst.BaseStatement, line: int, scopes: Scopes, positions: Positions
+) -> Item:
     if isinstance(node, cst.FunctionDef | cst.ClassDef):
         kind: Kind = "function" if isinstance(node, cst.FunctionDef) else "class"
         reads = _free_globals(node, scopes)
-        return Item(cell, line, kind, node, node.name.value, (node.name.value,), reads)
+        declares = tuple(
+            dict.fromkeys(
+                n.name.value
+                for g in m.findall(node, m.Global())
+                if isinstance(g, cst.Global)
+                for n in g.names
+            )
+        )
+        return Item(
+            cell, line, kind, node, node.name.value, (node.name.value,), reads, declares=declares
+        )
     if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1:
         small = node.body[0]
         if isinstance(small, cst.Import | cst.ImportFrom):
@@ -144,7 +158,17 @@ def _item(cell: CodeCell, node: cst.BaseStatement, line: int, scopes: Scopes) ->
         if constant is not None:
             name, value = constant
             return Item(cell, line, "constant", node, name, (name,), (), value)
-    return Item(cell, line, "statement", node, None, _bound(node), _read(node, scopes))
+    declares = tuple(
+        dict.fromkeys(
+            n.name.value
+            for g in m.findall(node, m.Global())
+            if isinstance(g, cst.Global)
+            for n in g.names
+        )
+    )
+    binds = _bound(node)
+    reads = _read(node, scopes, positions, binds)
+    return Item(cell, line, "statement", node, None, binds, reads, declares=declares)
 
 
 def _import_names(node: cst.Import | cst.ImportFrom) -> tuple[str, ...]:
@@ -207,19 +231,42 @@ def _free_globals(node: cst.CSTNode, scopes: Scopes) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _read(node: cst.CSTNode, scopes: Scopes) -> tuple[str, ...]:
-    """Names a top-level statement reads (its own and those of its nested scopes)."""
-    found: dict[str, None] = {}
+def _read(
+    node: cst.CSTNode, scopes: Scopes, positions: Positions, binds: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Names a top-level statement reads before it binds them (its own and those of its nested
+    scopes), in source order: `for x in xs: total += x` reads `total`, not `x`."""
+    reads: dict[str, tuple[int, int]] = {}
+    assigned: dict[str, tuple[int, int]] = {}
+    skip: set[int] = set()
+    bound = set(binds)
     for child in _walk(node):
-        if isinstance(child, cst.Name):
-            scope = scopes.get(child)
-            if scope is None:
-                continue
-            for access in scope.accesses[child]:
-                globally = all(isinstance(a.scope, GlobalScope) for a in access.referents)
-                if globally and child.value not in BUILTINS:
-                    found.setdefault(child.value, None)
-    return tuple(found)
+        if isinstance(child, cst.Attribute):
+            skip.add(id(child.attr))
+        elif isinstance(child, cst.Arg) and child.keyword is not None:
+            skip.add(id(child.keyword))
+        elif isinstance(child, cst.AugAssign) and isinstance(child.target, cst.Name):
+            target = child.target  # `total += x` reads `total` first
+            if isinstance(scopes.get(target), GlobalScope):
+                begin = positions[target].start
+                reads.setdefault(target.value, (begin.line, begin.column))
+        if not isinstance(child, cst.Name) or id(child) in skip:
+            continue
+        scope = scopes.get(child)
+        if scope is None or child.value in BUILTINS:
+            continue
+        start = positions[child].start
+        at = (start.line, start.column)
+        mine = [a for a in scope.accesses[child] if a.node is child]  # every access of the name
+        if not mine:
+            if child.value in bound and isinstance(scope, GlobalScope):
+                end = (start.line, 1 << 30)  # a line's value is read before its target is bound
+                assigned[child.value] = min(assigned.get(child.value, end), end)
+            continue
+        if all(isinstance(r.scope, GlobalScope) for a in mine for r in a.referents):
+            reads[child.value] = min(reads.get(child.value, at), at)
+    ordered = sorted(reads.items(), key=lambda kv: kv[1])
+    return tuple(n for n, at in ordered if n not in assigned or at < assigned[n])
 
 
 def _bound(node: cst.CSTNode) -> tuple[str, ...]:

@@ -1,0 +1,292 @@
+"""
+Step 4a: the notebook's script becomes functions by section.
+
+The top-level code that is kept (`compose.py` says which) is cut where the notebook's markdown
+headings are (cells under one heading are one section; cells with no heading above them are one
+section each) into functions named from the heading (`## Load the data` -> `load_data`). The
+dataflow between them comes from the names each statement reads and binds (libcst's scope
+analysis, `analyze.py`): a section's parameters are what it reads that an earlier section bound,
+its returns what a later section reads (and the results it leaves that nothing rebinds, so
+`run()` ends with the notebook's state). A constant comes from `config`; module state
+(`plan.module_state`) is declared `global` where it is bound, neither passed nor returned. A
+section whose every statement only displays (plots, prints, `display()`) is display-only: `run()`
+calls it only when `config.plots` is set.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import libcst as cst
+import libcst.matchers as m
+
+from .analyze import BUILTINS
+
+STOP_WORDS = frozenset({"a", "an", "the", "of", "and", "to", "for", "with", "our", "on", "in"})
+NUMBERING = re.compile(r"^\s*(step|part|section|chapter)?\s*[\d.ivx]*\s*[:.)-]?\s+", re.I)
+VERBS = {  # a one-word heading names what the section does
+    "data": "load_data",
+    "dataset": "load_data",
+    "datasets": "load_data",
+    "loading": "load_data",
+    "preprocessing": "preprocess",
+    "model": "build_model",
+    "models": "build_model",
+    "architecture": "build_model",
+    "training": "train",
+    "train": "train",
+    "evaluation": "evaluate",
+    "testing": "evaluate",
+    "inference": "predict",
+    "prediction": "predict",
+    "predictions": "predict",
+    "results": "show_results",
+    "visualization": "plot",
+    "plots": "plot",
+    "plotting": "plot",
+    "saving": "save_model",
+    "setup": "set_up",
+    "configuration": "set_up",
+    "config": "set_up",
+    "imports": "set_up",
+}
+DISPLAY_FUNCS = frozenset({"print", "display", "pprint", "show", "imshow"})
+DISPLAY_OWNERS = frozenset({"plt", "sns", "ax", "axes", "axs", "fig", "ipd", "display"})
+SAFE_CALLS = frozenset(
+    {
+        "len", "str", "repr", "type", "round", "format", "sum", "min", "max", "abs", "list",
+        "range", "enumerate", "zip", "sorted", "int", "float", "numpy", "cpu", "detach", "item",
+        "tolist", "permute", "squeeze", "unsqueeze", "reshape", "view", "mean", "std", "size",
+        "dim", "numel", "keys", "values", "items", "head", "tail", "describe", "join", "title",
+        "clip", "transpose", "flatten", "count_parameters", "subplots", "figure", "get",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One kept top-level statement (or a whole `%%train` cell) of the script, as code."""
+
+    cell: int
+    heading: str | None
+    markdown: str | None
+    code: str  # its code in the section function (already transformed)
+    reads: tuple[str, ...]  # names it reads, including what the functions it calls receive
+    binds: tuple[str, ...]
+    results: tuple[str, ...]  # what it binds that the notebook ends with as a result
+    display: bool
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    heading: str | None
+    cells: tuple[int, ...]
+    units: tuple[Unit, ...]
+    params: tuple[str, ...]  # what it reads that an earlier section (or run()) bound
+    returns: tuple[str, ...]  # what later sections read, and its results
+    config: tuple[str, ...]  # constants it takes from `config`
+    declares: tuple[str, ...]  # module state it binds (`global`)
+    display: bool
+
+
+def function_name(heading: str | None, cell: int, taken: set[str]) -> str:
+    """`## 2. Load the data!` -> `load_data`; unique, never a name already taken."""
+    words: list[str] = []
+    if heading:
+        text = NUMBERING.sub("", re.sub(r"[`*_\[\]()]", " ", heading))
+        words = [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOP_WORDS]
+    name = "_".join(words[:4]) or f"cell_{cell}"
+    if words and words[0] in VERBS and (len(words) == 1 or name in taken):
+        name = VERBS[words[0]] if len(words) == 1 else f"{VERBS[words[0]]}_{'_'.join(words[1:4])}"
+    if name in taken and not name.startswith("cell_"):
+        name = f"{name}_section"
+    if name[0].isdigit():
+        name = "section_" + name
+    if keyword.iskeyword(name) or name in BUILTINS:
+        name += "_section"
+    candidate, number = name, 2
+    while candidate in taken:
+        candidate = f"{name}_{number}"
+        number += 1
+    taken.add(candidate)
+    return candidate
+
+
+def cut(
+    units: Iterable[Unit],
+    constants: set[str],
+    module_state: set[str],
+    run_binds: set[str],
+    taken: set[str],
+) -> tuple[Section, ...]:
+    """Group `units` by heading and work out each section's parameters and returns.
+
+    `run_binds`: names `run()` binds before the first section (the device).
+    """
+    groups: list[list[Unit]] = []
+    for unit in units:
+        last = groups[-1][-1] if groups else None
+        same = last is not None and (
+            (unit.heading is not None and unit.heading == last.heading) or last.cell == unit.cell
+        )
+        if same:
+            groups[-1].append(unit)
+        else:
+            groups.append([unit])
+    owner: dict[str, int | str] = {}
+    owner.update(dict.fromkeys(constants, "config"))
+    owner.update(dict.fromkeys(run_binds, "run"))
+    params: list[list[str]] = []
+    configs: list[list[str]] = []
+    returns: list[dict[str, None]] = [{} for _ in groups]
+    for index, group in enumerate(groups):
+        local: set[str] = set()
+        wanted: dict[str, None] = {}
+        from_config: dict[str, None] = {}
+        for unit in group:
+            for name in unit.reads:
+                if name in local or name in module_state:
+                    continue
+                source = owner.get(name)
+                if source == "config":
+                    from_config.setdefault(name, None)
+                elif source is not None:
+                    wanted.setdefault(name, None)
+                    if isinstance(source, int):
+                        returns[source].setdefault(name, None)
+            local |= set(unit.binds)
+        for name in local - module_state:
+            owner[name] = index
+        params.append(list(wanted))
+        configs.append(list(from_config))
+    # the results a section leaves: bound, never rebound later, not only a loop variable
+    for index, group in enumerate(groups):
+        if all(u.display for u in group):
+            continue
+        for unit in group:
+            for name in unit.results:
+                if owner.get(name) == index and not name.startswith("_"):
+                    returns[index].setdefault(name, None)
+    out: list[Section] = []
+    for index, group in enumerate(groups):
+        binds = {n for u in group for n in u.binds}
+        display = all(u.display for u in group) and not returns[index]
+        first = group[0]
+        out.append(
+            Section(
+                function_name(first.heading, first.cell, taken),
+                first.heading,
+                tuple(dict.fromkeys(u.cell for u in group)),
+                tuple(group),
+                tuple(params[index]),
+                tuple(n for n in returns[index] if n not in module_state),
+                tuple(configs[index]),
+                tuple(sorted(binds & module_state)),
+                display,
+            )
+        )
+    return tuple(out)
+
+
+def results(node: cst.BaseStatement, binds: tuple[str, ...]) -> tuple[str, ...]:
+    """What a statement binds that is a result (`acc = evaluate(...)`, a total kept in a loop),
+    not a loop variable nor an object built to be used (`ds = Dataset(...)`, `next(iter(dl))`)."""
+    loops: set[str] = set()
+    for loop in m.findall(node, m.For()):
+        assert isinstance(loop, cst.For)
+        loops.update(_names(loop.target))
+    if isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], cst.Assign):
+        value = node.body[0].value
+        if isinstance(value, cst.Name | cst.Attribute | cst.Subscript) or _builds(value):
+            return ()
+    return tuple(n for n in binds if n not in loops)
+
+
+def _builds(value: cst.BaseExpression) -> bool:
+    """A constructor call anywhere in a call chain (`torch.Generator().manual_seed(0)`), or
+    `next(...)`."""
+    while isinstance(value, cst.Call | cst.Attribute):
+        func = value.func if isinstance(value, cst.Call) else value
+        if isinstance(func, cst.Name):
+            return func.value[:1].isupper() or func.value in ("next", "iter")
+        if isinstance(func, cst.Attribute):
+            if isinstance(value, cst.Call) and func.attr.value[:1].isupper():
+                return True
+            value = func.value
+        else:
+            return False
+    return False
+
+
+def _names(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, cst.Tuple | cst.List):
+        return [n for e in target.elements for n in _names(e.value)]
+    return []
+
+
+def is_display(node: cst.BaseStatement) -> bool:
+    """Only shows something: `print(...)`, `plt.plot(...)`, `fig, ax = plt.subplots()`, a loop
+    of those. Calls inside may only look (`len`, `.shape`, `.numpy()`): no model runs."""
+    if isinstance(node, cst.For | cst.With):
+        if isinstance(node, cst.For) and (node.orelse is not None or not _only_looks(node.iter)):
+            return False
+        body = node.body
+        if isinstance(body, cst.SimpleStatementSuite):
+            return all(_display_small(s) for s in body.body)
+        return all(isinstance(s, cst.BaseStatement) and is_display(s) for s in body.body)
+    if isinstance(node, cst.SimpleStatementLine):
+        return all(_display_small(s) for s in node.body)
+    return False
+
+
+def _display_small(node: cst.BaseSmallStatement) -> bool:
+    if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
+        return _display_call(node.value)
+    if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
+        func = node.value.func
+        return (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value == "plt"
+            and _only_looks(node.value)
+        )
+    return isinstance(node, cst.Pass)
+
+
+def _display_call(call: cst.Call) -> bool:
+    func = call.func
+    if isinstance(func, cst.Name):
+        shows = func.value in DISPLAY_FUNCS
+    elif isinstance(func, cst.Attribute):
+        owner = func.value
+        while isinstance(owner, cst.Attribute | cst.Subscript | cst.Call):
+            owner = owner.func if isinstance(owner, cst.Call) else owner.value
+        shows = isinstance(owner, cst.Name) and (
+            owner.value in DISPLAY_OWNERS or func.attr.value in DISPLAY_FUNCS
+        )
+    else:
+        shows = False
+    return shows and all(_only_looks(a.value) for a in call.args)
+
+
+def _only_looks(node: cst.CSTNode) -> bool:
+    for call in m.findall(node, m.Call()):
+        assert isinstance(call, cst.Call)
+        func = call.func
+        name = func.value if isinstance(func, cst.Name) else None
+        if isinstance(func, cst.Attribute):
+            name = func.attr.value
+        if name not in SAFE_CALLS and not _display_call(call):
+            return False
+    return True
+
+
+def reads_of(code_reads: Iterable[str], callees: Iterable[str]) -> tuple[str, ...]:
+    """A statement's reads followed by the names the functions it calls are given."""
+    return tuple(dict.fromkeys([*code_reads, *callees]))

@@ -1,0 +1,183 @@
+"""
+Step 3a: definitions are versions. A notebook is a sequence: `split_loss` is defined, called,
+redefined and called again, and each call runs the definition that was live at that point when
+the notebook ran top to bottom.
+
+Every function and class defined more than once gets one version per definition. A top-level
+statement binds to the version live where it stands; a function's body to the version live where
+it was defined (or, for a name defined only after it, the version live at the first top-level
+statement that uses the function). The versions something still calls are kept: the first under
+the plain name, the later ones as `NAME_v2`, `NAME_v3` (by definition order), and the references
+are renamed to match. A version nothing calls is dropped, with a note. The result, `Versions`,
+is handed to the plan: the items in order (renamed) and the table of which call uses which.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import keyword
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import libcst as cst
+
+from .analyze import BUILTINS, Item
+from .read import Note
+from .transform import rename_reads
+
+
+@dataclass(frozen=True)
+class Use:
+    """A reference to a versioned name: where it is and which version it binds to."""
+
+    cell: int
+    line: int
+    user: str  # the statement (`run`) or the definition that refers to it
+    name: str
+    version: str  # the name the kept version has in the package
+
+
+@dataclass(frozen=True)
+class Versions:
+    items: tuple[Item, ...]  # the notebook's items in order, dropped versions left out
+    uses: tuple[Use, ...]
+    kept: tuple[tuple[str, tuple[str, ...]], ...]  # name -> the version names kept
+    notes: tuple[Note, ...]
+
+
+def _local_names(fn: cst.CSTNode) -> set[str]:
+    """Names a def binds itself (parameters and assignments): not references to a global."""
+    found: set[str] = set()
+    if isinstance(fn, cst.FunctionDef):
+        p = fn.params
+        for param in [*p.posonly_params, *p.params, *p.kwonly_params]:
+            found.add(param.name.value)
+        for star in (p.star_arg, p.star_kwarg):
+            if isinstance(star, cst.Param):
+                found.add(star.name.value)
+    return found
+
+
+def resolve(items: list[Item], exported_only: bool = False) -> Versions:
+    """Bind every reference of a name defined more than once to the version live there."""
+    definitions: dict[str, list[int]] = {}  # name -> indexes in `items` of its definitions
+    for index, item in enumerate(items):
+        if item.kind in ("function", "class") and not item.train_cell and item.name:
+            if exported_only and not item.cell.export:
+                continue
+            definitions.setdefault(item.name, []).append(index)
+    multiple = {n: d for n, d in definitions.items() if len(d) > 1}
+    if not multiple:
+        return Versions(tuple(items), (), (), ())
+    # which definition each reference binds to: (index of the referring item, name) -> def index
+    live: dict[str, int] = {}
+    binding: dict[tuple[int, str], int] = {}
+    pending: list[tuple[int, str]] = []  # a def reading a name not yet defined
+    for index, item in enumerate(items):
+        if item.name in multiple and index in multiple[item.name]:
+            live[item.name] = index  # before its body: a recursive call is to itself
+        own = _local_names(item.node) if item.kind == "function" else set()
+        for name in item.reads:
+            if name not in multiple or name in own:
+                continue
+            if name in live:
+                binding[(index, name)] = live[name]
+            elif item.kind in ("function", "class"):
+                pending.append((index, name))
+        if item.kind == "statement" or item.kind == "constant":
+            for name in item.binds:
+                live.pop(name, None)  # a plain rebinding: no version is live any more
+    for index, name in pending:  # bound to what is live when the notebook first uses the def
+        user = items[index].name
+        for later in range(index + 1, len(items)):
+            if items[later].kind == "statement" and user in items[later].reads:
+                found = _live_at(items, multiple[name], later)
+                if found is not None:
+                    binding[(index, name)] = found
+                break
+        else:
+            binding[(index, name)] = multiple[name][-1]
+    used: dict[str, set[int]] = {n: set() for n in multiple}
+    for (_, name), target in binding.items():
+        used[name].add(target)
+    # a version only another version of the same name uses (recursion) is not a use on its own
+    taken = {n for it in items for n in it.binds} | set(BUILTINS)
+    names: dict[int, str] = {}
+    notes: list[Note] = []
+    kept: list[tuple[str, tuple[str, ...]]] = []
+    for name, indexes in multiple.items():
+        keep = sorted(used[name]) or [indexes[-1]]
+        for position, index in enumerate(keep):
+            if position == 0:
+                names[index] = name
+                continue
+            number = indexes.index(index) + 1
+            candidate = f"{name}_v{number}"
+            while candidate in taken or keyword.iskeyword(candidate):
+                candidate += "_"
+            taken.add(candidate)
+            names[index] = candidate
+        kept.append((name, tuple(names[i] for i in keep)))
+        for index in indexes:
+            if index in keep:
+                continue
+            item = items[index]
+            after = [items[i].cell.number for i in indexes if i > index]
+            again = f"cell {after[0]}" if after else "a later cell"
+            notes.append(
+                Note(
+                    item.cell.number,
+                    item.line,
+                    "redefined",
+                    f"{name} is defined again in {again} before anything calls this version: "
+                    "dropped",
+                )
+            )
+    out: list[Item] = []
+    uses: list[Use] = []
+    drop = {i for ixs in multiple.values() for i in ixs if i not in names}
+    for index, item in enumerate(items):
+        if index in drop:
+            continue
+        renames = {
+            name: names[target]
+            for (user, name), target in binding.items()
+            if user == index and target in names
+        }
+        for name, version in sorted(renames.items()):
+            user_name = item.name if item.kind in ("function", "class") else "run()"
+            uses.append(Use(item.cell.number, item.line, user_name or "run()", name, version))
+        new_name = names.get(index, item.name)
+        changed = {k: v for k, v in renames.items() if k != v}
+        if not changed and new_name == item.name:
+            out.append(item)
+            continue
+        node = rename_reads(item.node, changed) if changed else item.node
+        if isinstance(node, cst.FunctionDef | cst.ClassDef) and new_name is not None:
+            node = node.with_changes(name=cst.Name(new_name))
+        reads = tuple(changed.get(r, r) for r in item.reads)
+        binds = tuple(names.get(index, b) if b == item.name else b for b in item.binds)
+        out.append(dataclasses.replace(item, node=node, name=new_name, reads=reads, binds=binds))
+    return Versions(tuple(out), tuple(uses), tuple(sorted(kept)), tuple(notes))
+
+
+def _live_at(items: list[Item], indexes: list[int], at: int) -> int | None:
+    before = [i for i in indexes if i < at]
+    return before[-1] if before else None
+
+
+def table(versions: Versions) -> list[str]:
+    """The report's lines: how many versions are kept, and which call uses which."""
+    count = sum(len(v) for _, v in versions.kept if len(v) > 1)
+    lines = [f"versions kept: {count}"]
+    if versions.uses:
+        lines += ["", "| cell | line | in | calls | version |", "| --- | --- | --- | --- | --- |"]
+        lines += [
+            f"| {u.cell} | {u.line} | `{u.user}` | `{u.name}` | `{u.version}` |"
+            for u in versions.uses
+        ]
+    return lines
+
+
+def renamed(versions: Versions) -> Mapping[str, tuple[str, ...]]:
+    return dict(versions.kept)
