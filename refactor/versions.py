@@ -69,41 +69,52 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
     multiple = {n: d for n, d in definitions.items() if len(d) > 1}
     if not multiple:
         return Versions(tuple(items), (), (), ())
+    notes_early: list[Note] = []
+    split: dict[int, tuple[str, dict[int, int | None]]] = {}  # def -> (name, point -> version)
     # which definition each reference binds to: (index of the referring item, name) -> def index
+    callers = _call_points(items)
     live: dict[str, int] = {}
     binding: dict[tuple[int, str], int] = {}
-    pending: list[tuple[int, str]] = []  # a def reading a name not yet defined
     for index, item in enumerate(items):
         if item.name in multiple and index in multiple[item.name]:
             live[item.name] = index  # before its body: a recursive call is to itself
+        is_def = item.kind in ("function", "class")
         own = _local_names(item.node) if item.kind == "function" else set()
         for name in item.reads:
             if name not in multiple or name in own:
                 continue
-            if name in live:
+            if not is_def:
+                if name in live:
+                    binding[(index, name)] = live[name]
+                continue
+            # a body looks the name up when it runs: at the statements that call the def
+            mine = definitions.get(item.name or "", [index])
+            points = sorted(
+                p for p in callers.get(index, ()) if p > index and _live_at(mine, p) == index
+            )
+            found = [v for v in (_live_at(multiple[name], p) for p in points) if v is not None]
+            if found:
+                binding[(index, name)] = found[0]
+                if len(set(found)) > 1 and item.name not in multiple:
+                    split.setdefault(
+                        index, (name, {p: _live_at(multiple[name], p) for p in points})
+                    )
+            elif name in live:
                 binding[(index, name)] = live[name]
-            elif item.kind in ("function", "class"):
-                pending.append((index, name))
-        if item.kind == "statement" or item.kind == "constant":
+            else:
+                binding[(index, name)] = multiple[name][-1]
+        if item.kind in ("statement", "constant"):
             for name in item.binds:
                 live.pop(name, None)  # a plain rebinding: no version is live any more
-    for index, name in pending:  # bound to what is live when the notebook first uses the def
-        user = items[index].name
-        for later in range(index + 1, len(items)):
-            if items[later].kind == "statement" and user in items[later].reads:
-                found = _live_at(items, multiple[name], later)
-                if found is not None:
-                    binding[(index, name)] = found
-                break
-        else:
-            binding[(index, name)] = multiple[name][-1]
     used: dict[str, set[int]] = {n: set() for n in multiple}
     for (_, name), target in binding.items():
         used[name].add(target)
+    for name, at in split.values():
+        used[name] |= {v for v in at.values() if v is not None}
     # a version only another version of the same name uses (recursion) is not a use on its own
     taken = {n for it in items for n in it.binds} | set(BUILTINS)
     names: dict[int, str] = {}
-    notes: list[Note] = []
+    notes: list[Note] = notes_early
     kept: list[tuple[str, tuple[str, ...]]] = []
     for name, indexes in multiple.items():
         keep = sorted(used[name]) or [indexes[-1]]
@@ -136,6 +147,7 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
     out: list[Item] = []
     uses: list[Use] = []
     drop = {i for ixs in multiple.values() for i in ixs if i not in names}
+    clones, redirect = _clones(items, split, binding, names, taken, notes)
     for index, item in enumerate(items):
         if index in drop:
             continue
@@ -143,7 +155,7 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
             name: names[target]
             for (user, name), target in binding.items()
             if user == index and target in names
-        }
+        } | redirect.get(index, {})
         for name, version in sorted(renames.items()):
             user_name = item.name if item.kind in ("function", "class") else "run()"
             uses.append(Use(item.cell.number, item.line, user_name or "run()", name, version))
@@ -158,12 +170,105 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
         reads = tuple(changed.get(r, r) for r in item.reads)
         binds = tuple(names.get(index, b) if b == item.name else b for b in item.binds)
         out.append(dataclasses.replace(item, node=node, name=new_name, reads=reads, binds=binds))
+    for behind, clone in clones:  # a copy of a caller, for each version it runs with
+        position = next(
+            (i for i, it in enumerate(out) if it.cell.number > items[behind].cell.number),
+            len(out),
+        )
+        out.insert(position, clone)
     return Versions(tuple(out), tuple(uses), tuple(sorted(kept)), tuple(notes))
 
 
-def _live_at(items: list[Item], indexes: list[int], at: int) -> int | None:
+def _clones(
+    items: list[Item],
+    split: dict[int, tuple[str, dict[int, int | None]]],
+    binding: dict[tuple[int, str], int],
+    names: dict[int, str],
+    taken: set[str],
+    notes: list[Note],
+) -> tuple[list[tuple[int, Item]], dict[int, dict[str, str]]]:
+    """A function called where different versions of a name it uses are live runs a different
+    version each time: one copy of it per version (`report`, `report_split_loss_v2`), and each
+    statement calls the copy for the version live there."""
+    clones: list[tuple[int, Item]] = []
+    redirect: dict[int, dict[str, str]] = {}
+    for index, (name, at) in split.items():
+        item = items[index]
+        assert item.name is not None
+        first = binding[(index, name)]
+        made: dict[int, str] = {first: item.name}
+        for version in sorted({v for v in at.values() if v is not None and v != first}):
+            candidate = f"{item.name}_{names[version]}"
+            while candidate in taken:
+                candidate += "_"
+            taken.add(candidate)
+            made[version] = candidate
+            renames = {
+                n: names[t] for (u, n), t in binding.items() if u == index and t in names
+            } | {name: names[version]}
+            node = rename_reads(item.node, {k: v for k, v in renames.items() if k != v})
+            if isinstance(node, cst.FunctionDef | cst.ClassDef):
+                node = node.with_changes(name=cst.Name(candidate))
+            reads = tuple(renames.get(r, r) for r in item.reads)
+            clones.append(
+                (
+                    version,
+                    dataclasses.replace(
+                        item, node=node, name=candidate, reads=reads, binds=(candidate,)
+                    ),
+                )
+            )
+        for point, live in at.items():
+            if live in made and made[live] != item.name and item.name in items[point].reads:
+                redirect.setdefault(point, {})[item.name] = made[live]
+        notes.append(
+            Note(
+                item.cell.number,
+                item.line,
+                "kept",
+                f"{item.name} runs with {len(made)} versions of {name}: kept as "
+                + ", ".join(sorted(made.values())),
+            )
+        )
+    return clones, redirect
+
+
+def _live_at(indexes: list[int], at: int) -> int | None:
     before = [i for i in indexes if i < at]
     return before[-1] if before else None
+
+
+def _call_points(items: list[Item]) -> dict[int, set[int]]:
+    """For each definition (by index), the top-level statements that call it, directly or
+    through other definitions (the name as it stands when the statement runs)."""
+    by_name: dict[str, list[int]] = {}
+    for index, item in enumerate(items):
+        if item.kind in ("function", "class") and item.name:
+            by_name.setdefault(item.name, []).append(index)
+    points: dict[int, set[int]] = {}
+    for index, item in enumerate(items):
+        if item.kind in ("function", "class"):
+            continue
+        for name in item.reads:
+            target = _live_at(by_name.get(name, []), index)
+            if target is not None:
+                points.setdefault(target, set()).add(index)
+    changed = True
+    while changed:  # a definition called by a definition is called where that one is
+        changed = False
+        for index, item in enumerate(items):
+            if item.kind not in ("function", "class"):
+                continue
+            for name in item.reads:
+                for target in by_name.get(name, []):
+                    if target == index:
+                        continue
+                    mine = points.get(index, set())
+                    theirs = points.setdefault(target, set())
+                    if not mine <= theirs:
+                        theirs |= mine
+                        changed = True
+    return points
 
 
 def table(versions: Versions) -> list[str]:
