@@ -21,7 +21,7 @@ from .analyze import Item, _target_names
 from .annotate import Types
 from .plan import Plan
 from .read import Note
-from .sections import Section, Unit, cut, is_display, results
+from .sections import Section, Unit, built, cut, is_display, results
 from .transform import DeviceTransformer
 
 DROPPED = "# trainmate: dropped"
@@ -219,6 +219,7 @@ class Composer:
                     item.binds,
                     results(node, item.binds),
                     is_display(node),
+                    built(node),
                 )
             )
             bound |= set(item.binds)

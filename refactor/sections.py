@@ -78,6 +78,7 @@ class Unit:
     binds: tuple[str, ...]
     results: tuple[str, ...]  # what it binds that the notebook ends with as a result
     display: bool
+    built: tuple[str, ...] = ()  # `ds = Dataset(...)`: a result only if nothing after uses it
 
 
 @dataclass(frozen=True)
@@ -167,8 +168,11 @@ def cut(
     for index, group in enumerate(groups):
         if all(u.display for u in group):
             continue
-        for unit in group:
+        for position, unit in enumerate(group):
+            later = {n for u in group[position + 1 :] for n in u.reads}
             for name in unit.results:
+                if name in unit.built and name in later:
+                    continue  # an object built to be used, and used: not a result
                 if owner.get(name) == index and not name.startswith("_"):
                     returns[index].setdefault(name, None)
     out: list[Section] = []
@@ -200,10 +204,21 @@ def results(node: cst.BaseStatement, binds: tuple[str, ...]) -> tuple[str, ...]:
         assert isinstance(loop, cst.For)
         loops.update(_names(loop.target))
     if isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], cst.Assign):
-        value = node.body[0].value
-        if isinstance(value, cst.Name | cst.Attribute | cst.Subscript) or _builds(value):
-            return ()
+        small = node.body[0]
+        single = len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
+        if not single and _builds(small.value):
+            return ()  # `xb, yb = next(iter(dl))`: (a lone unused name is returned: no F841)
     return tuple(n for n in binds if n not in loops)
+
+
+def built(node: cst.BaseStatement) -> tuple[str, ...]:
+    """`ds = Dataset(...)`, `g = torch.Generator().manual_seed(0)`: the name of a built object."""
+    if isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], cst.Assign):
+        small = node.body[0]
+        target = small.targets[0].target if len(small.targets) == 1 else None
+        if isinstance(target, cst.Name) and _builds(small.value):
+            return (target.value,)
+    return ()
 
 
 def _builds(value: cst.BaseExpression) -> bool:
