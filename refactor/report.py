@@ -137,10 +137,10 @@ def report(plan: Plan, outcome: Outcome, findings: str, docs_problem: str = "") 
     lines += ["", "## Checks", ""]
     if outcome.gate is not None:
         lines += [*gate_lines(outcome.gate), ""]
-    for name, (at, row) in sorted(plan.unknown.items(), key=lambda x: x[1]):
-        origin = "a star import" if plan.stars else "nothing in the notebook"
-        lines.append(f"- cell {at}, line {row}: `{name}` is never bound (from {origin})")
-    if plan.unknown:
+    if plan.stars and plan.unknown:  # the gate cannot see through a star import
+        lines += ["Names the notebook never binds (from its star imports, or undefined):", ""]
+        for name, (at, row) in sorted(plan.unknown.items(), key=lambda x: x[1]):
+            lines.append(f"- cell {at}, line {row}: `{name}`")
         lines.append("")
     lines.append(f"`ruff check`: {'clean' if not findings else 'findings left:'}")
     if findings:
