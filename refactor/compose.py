@@ -12,13 +12,15 @@ writes them: a function per section (typed at its edges, the notebook's code as 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import libcst as cst
 import libcst.matchers as m
 
 from .analyze import Item, _target_names
 from .annotate import Types
+from .functions import TrainCell, run_function, section_function, train_cell_function
+from .params import hard_coded_device
 from .plan import Plan
 from .read import Note
 from .sections import Section, Unit, built, cut, is_display, results
@@ -28,19 +30,6 @@ DROPPED = "# trainmate: dropped"
 COMMENTED = "# notebook: "
 DISPLAY_CALLS = frozenset({"len", "type", "repr", "str", "head", "tail", "describe", "info"})
 RESERVED = frozenset({"run", "main", "config", "Config", "resolve_device", "jupyter_trainmate"})
-
-
-@dataclass
-class TrainCell:
-    number: int
-    options: str
-    items: list[Item]
-    params: list[str] = field(default_factory=list)
-    returns: list[str] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return f"train_cell_{self.number}"
 
 
 @dataclass(frozen=True)
@@ -104,12 +93,6 @@ def display_expression(item: Item) -> bool:
         | cst.BinaryOperation
         | cst.Tuple,
     )
-
-
-def _hard_coded_device(node: cst.CSTNode) -> bool:
-    cuda_call = m.Call(func=m.Attribute(attr=m.Name("cuda")))
-    cuda_text = m.SimpleString(value=m.MatchRegex(r"^[rbu]*['\"]cuda(:\d+)?['\"]$"))
-    return bool(m.findall(node, cuda_call | cuda_text))
 
 
 def _indent(text: str) -> str:
@@ -205,7 +188,7 @@ class Composer:
                 )
                 continue
             reads = [*item.reads, *self._callee_sources(item.reads)]
-            if plan.device and _hard_coded_device(item.node):
+            if plan.device and hard_coded_device(item.node):
                 reads.append("device")
             node = item.node
             code = self.transformed(node, {}).strip("\n")
@@ -239,7 +222,7 @@ class Composer:
             reads += [r for r in it.reads if r not in own and r not in loops]
             own |= set(it.binds)
         reads += self._callee_sources(tuple(reads))
-        if self.plan.device and any(_hard_coded_device(it.node) for it in group):
+        if self.plan.device and any(hard_coded_device(it.node) for it in group):
             reads.append("device")
         cell.params = sorted({r for r in reads if r in bound} - self.plan.module_state)
         binds = {b for it in group for b in it.binds}
@@ -269,9 +252,9 @@ class Composer:
         if any(s.display for s in sections):
             fields = {plan.field_name(c) for c in plan.constants}
             plots = "plots" if "plots" not in fields else "show_plots"
-        parts = [self._train_cell_function(t, types) for t in train_cells]
-        parts += [self._section(s, types) for s in sections]
-        parts.append(self._run(sections, plots))
+        parts = [train_cell_function(t, types, self.transformed) for t in train_cells]
+        parts += [section_function(plan, s, types, plots) for s in sections]
+        parts.append(run_function(plan, sections, plots))
         extra = {"Config", "no_type_check"}
         if plan.device and any("device" in s.params for s in sections):
             extra.add("resolve_device")
@@ -289,92 +272,6 @@ class Composer:
             tuple(self.notes),
             tuple(self.places),
         )
-
-    def _signature(self, names: tuple[str, ...], types: Types, config: bool) -> str:
-        typed = [(p, types.value_type(p)) for p in names]
-        params = [f"{p}: {t}" if t else p for p, t in typed]
-        return ", ".join((["config: Config"] if config else []) + params)
-
-    def _returns(self, names: tuple[str, ...] | list[str], types: Types) -> str:
-        if not names:
-            return " -> None"
-        known = [t for t in (types.value_type(r) for r in names) if t]
-        if len(known) != len(names):
-            return ""
-        return f" -> {known[0]}" if len(known) == 1 else f" -> tuple[{', '.join(known)}]"
-
-    def _section(self, section: Section, types: Types) -> str:
-        plan = self.plan
-        lines: list[str] = []
-        if section.declares:
-            lines.append(f"global {', '.join(section.declares)}")
-        for name in section.config:
-            field_name = plan.field_name(name)
-            item = plan.constants[name]
-            value = (
-                f"list(config.{field_name})"
-                if isinstance(item.value, list)
-                else f"config.{field_name}"
-            )
-            lines.append(f"{name} = {value}")
-        lines += [u.code for u in section.units]
-        if section.returns:
-            lines.append("return " + ", ".join(section.returns))
-        cells = ", ".join(str(c) for c in section.cells)
-        title = section.heading or f"Cell {section.cells[0]}"
-        doc = f'"""{title.rstrip(".")}: the notebook\'s cell{"s" if len(section.cells) > 1 else ""} {cells}.'
-        if section.display:
-            doc += f"\n\nDisplay only: `run()` calls it with `config.{self._plots_field()}`."
-        doc += '\n"""'
-        signature = self._signature(section.params, types, bool(section.config))
-        returns = self._returns(section.returns, types)
-        body = _indent(doc.replace("\\", "\\\\") + "\n" + "\n".join(lines))
-        return (
-            "@no_type_check  # the notebook's code as written: typed at its edges\n"
-            f"def {section.name}({signature}){returns}:\n{body}\n"
-        )
-
-    def _plots_field(self) -> str:
-        fields = {self.plan.field_name(c) for c in self.plan.constants}
-        return "plots" if "plots" not in fields else "show_plots"
-
-    def _run(self, sections: tuple[Section, ...], plots: str | None) -> str:
-        lines: list[str] = []
-        if self.plan.device and any("device" in s.params for s in sections):
-            lines.append("device = resolve_device(config.device)")
-        for section in sections:
-            args = ", ".join((["config"] if section.config else []) + list(section.params))
-            call = f"{section.name}({args})"
-            if section.display:
-                lines += [f"if config.{plots}:", f"    {call}"]
-                continue
-            lines.append(f"{', '.join(section.returns)} = {call}" if section.returns else call)
-        lines.append('return {k: v for k, v in locals().items() if k != "config"}')
-        return (
-            "def run(config: Config) -> dict[str, object]:\n"
-            '    """The notebook\'s sections in order, with the hyperparameters from `config`.\n\n'
-            "    Returns the variables it ends with (the notebook's state), by name.\n"
-            '    """\n' + _indent("\n".join(lines)) + "\n"
-        )
-
-    def _train_cell_function(self, cell: TrainCell, types: Types) -> str:
-        body = "\n".join(
-            self.transformed(it.node, {p: p for p in cell.params}).strip("\n") for it in cell.items
-        )
-        if cell.returns:
-            body += "\nreturn " + ", ".join(cell.returns)
-        params = self._signature(tuple(cell.params), types, False)
-        returns = self._returns(cell.returns, types)
-        signature = (
-            f"def {cell.name}(*, {params}){returns}:" if params else f"def {cell.name}(){returns}:"
-        )
-        signature = "@no_type_check\n" + signature  # the cell as written: typed at its edges only
-        magic = f"%%train {cell.options}".rstrip()
-        doc = (
-            f'"""The notebook\'s `{magic}` cell (cell {cell.number}).\n\n'
-            f'`run()` calls it through `jupyter_trainmate.train()`: the same runtime as the magic.\n"""'
-        )
-        return signature + "\n" + _indent(doc + "\n" + body) + "\n"
 
 
 def device_free(node: cst.BaseStatement, plan: Plan) -> cst.BaseStatement:

@@ -17,11 +17,13 @@ from typing import Any
 import libcst as cst
 
 from .annotate import Types, annotate_module
-from .compose import Composer, Script, TrainCell, device_free
+from .compose import Composer, Script, device_free
 from .configfile import config_module
 from .docs import documented, model_card, module_docstring
+from .functions import TrainCell
 from .imports import Imports, header, imports_of
-from .plan import MODULES, Param, Plan
+from .placement import Param
+from .plan import MODULES, Plan
 from .project import main_module, pyproject, readme
 from .read import Note
 from .transform import CallSites, add_parameters

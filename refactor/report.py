@@ -58,12 +58,15 @@ def report(plan: Plan, outcome: Outcome, findings: str, docs_problem: str = "") 
     lines += ["", "## Sections", ""]
     script = emitted.script
     if script.sections:
-        lines += ["| function | cells | parameters | returns |", "| --- | --- | --- | --- |"]
-    for section in script.sections:
+        lines += [
+            "| # | function | cells | parameters | returns |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+    for number, section in enumerate(script.sections, start=1):
         shown = " (display only: with `--plots`)" if section.display else ""
         params = ", ".join((["config"] if section.config else []) + list(section.params))
         lines.append(
-            f"| `{section.name}()`{shown} | {', '.join(map(str, section.cells))} | "
+            f"| {number} | `{section.name}()`{shown} | {', '.join(map(str, section.cells))} | "
             f"{params or '-'} | {', '.join(section.returns) or '-'} |"
         )
     if plan.module_state:

@@ -18,7 +18,7 @@ import libcst as cst
 import libcst.matchers as m
 
 if TYPE_CHECKING:
-    from .plan import Param
+    from .placement import Param
 
 CUDA_TEXT = m.SimpleString(value=m.MatchRegex(r"^[rbu]*['\"]cuda(:\d+)?['\"]$"))
 
