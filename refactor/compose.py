@@ -22,7 +22,7 @@ from .annotate import Types
 from .functions import TrainCell, run_function, section_function, train_cell_function
 from .params import hard_coded_device
 from .plan import Plan
-from .read import Note
+from .read import CodeCell, Note
 from .sections import Section, Unit, built, cut, is_display, results
 from .transform import DeviceTransformer
 
@@ -109,6 +109,10 @@ class Composer:
         self.notes: list[Note] = []
         self.places: list[tuple[int, str]] = []
 
+    def _heading(self, cell: CodeCell) -> str | None:
+        """The section heading of a cell: not the notebook's title (cells under it alone)."""
+        return cell.heading if cell.heading != self.plan.notebook.title else None
+
     def _callee_sources(self, reads: tuple[str, ...]) -> list[str]:
         """What the functions a statement calls are given at its call sites (`CallSites`)."""
         found: list[str] = []
@@ -149,7 +153,7 @@ class Composer:
                 units.append(
                     Unit(
                         cell.number,
-                        cell.heading,
+                        self._heading(cell),
                         cell.markdown,
                         code,
                         tuple(train.params),
@@ -169,7 +173,16 @@ class Composer:
             if kind == "commented":
                 comment = item.node.trailing_whitespace.comment  # type: ignore[attr-defined]
                 units.append(
-                    Unit(cell.number, cell.heading, cell.markdown, comment.value, (), (), (), True)
+                    Unit(
+                        cell.number,
+                        self._heading(cell),
+                        cell.markdown,
+                        comment.value,
+                        (),
+                        (),
+                        (),
+                        True,
+                    )
                 )
                 continue
             if display_expression(item):
@@ -195,7 +208,7 @@ class Composer:
             units.append(
                 Unit(
                     cell.number,
-                    cell.heading,
+                    self._heading(cell),
                     cell.markdown,
                     code,
                     tuple(dict.fromkeys(reads)),

@@ -25,7 +25,7 @@ import libcst.matchers as m
 
 from .analyze import BUILTINS
 
-STOP_WORDS = frozenset({"a", "an", "the", "of", "and", "to", "for", "with", "our", "on", "in"})
+STOP_WORDS = frozenset({"a", "an", "the", "of", "to", "for", "with", "our", "on", "in"})
 NUMBERING = re.compile(r"^\s*(step|part|section|chapter)?\s*[\d.ivx]*\s*[:.)-]?\s+", re.I)
 VERBS = {  # a one-word heading names what the section does
     "data": "load_data",
@@ -100,7 +100,7 @@ def function_name(heading: str | None, cell: int, taken: set[str]) -> str:
     if heading:
         text = NUMBERING.sub("", re.sub(r"[`*_\[\]()]", " ", heading))
         words = [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOP_WORDS]
-    name = "_".join(words[:4]) or f"cell_{cell}"
+    name = "_".join(words[: 8 if words[:1] == ["make"] else 4]) or f"cell_{cell}"
     if words and words[0] in VERBS and (len(words) == 1 or name in taken):
         name = VERBS[words[0]] if len(words) == 1 else f"{VERBS[words[0]]}_{'_'.join(words[1:4])}"
     if name in taken and not name.startswith("cell_"):
@@ -182,7 +182,11 @@ def cut(
         first = group[0]
         out.append(
             Section(
-                function_name(first.heading, first.cell, taken),
+                function_name(
+                    first.heading or _lead(first.markdown) or _made(group, returns[index]),
+                    first.cell,
+                    taken,
+                ),
                 first.heading,
                 tuple(dict.fromkeys(u.cell for u in group)),
                 tuple(group),
@@ -196,6 +200,25 @@ def cut(
     return tuple(out)
 
 
+def _made(group: list[Unit], returns: dict[str, None]) -> str | None:
+    """A section with no heading nor prose above: named by what it does or makes."""
+    if any(".backward(" in u.code for u in group):
+        return "train"
+    made = [n for n in returns if not n.startswith("_")]
+    if 0 < len(made) <= 2:
+        return "make " + " and ".join(made)
+    return None
+
+
+def _lead(markdown: str | None) -> str | None:
+    """The words a section with no heading is named by: the markdown right above it."""
+    if not markdown:
+        return None
+    first = re.split(r"(?<=[.!?:])\s|\n", markdown.strip(), maxsplit=1)[0]
+    first = re.sub(r"^\s*#+\s*", "", first)
+    return first if len(first.split()) <= 6 else None
+
+
 def results(node: cst.BaseStatement, binds: tuple[str, ...]) -> tuple[str, ...]:
     """What a statement binds that is a result (`acc = evaluate(...)`, a total kept in a loop),
     not a loop variable nor an object built to be used (`ds = Dataset(...)`, `next(iter(dl))`)."""
@@ -203,12 +226,54 @@ def results(node: cst.BaseStatement, binds: tuple[str, ...]) -> tuple[str, ...]:
     for loop in m.findall(node, m.For()):
         assert isinstance(loop, cst.For)
         loops.update(_names(loop.target))
+    deep = _Depth()
+    node.visit(deep)
+    loops |= deep.inner - deep.outer  # bound only inside a loop in a loop: a batch's temporaries
     if isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], cst.Assign):
         small = node.body[0]
         single = len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
         if not single and _builds(small.value):
             return ()  # `xb, yb = next(iter(dl))`: (a lone unused name is returned: no F841)
     return tuple(n for n in binds if n not in loops)
+
+
+class _Depth(cst.CSTVisitor):
+    """Names assigned at loop depth 0-1 (`outer`) and deeper (`inner`); defs are not entered."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.outer: set[str] = set()
+        self.inner: set[str] = set()
+
+    def visit_For(self, node: cst.For) -> None:
+        self.depth += 1
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self.depth -= 1
+
+    def visit_While(self, node: cst.While) -> None:
+        self.depth += 1
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self.depth -= 1
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def _add(self, target: cst.BaseExpression) -> None:
+        (self.outer if self.depth <= 1 else self.inner).update(_names(target))
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._add(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._add(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._add(node.target)
 
 
 def built(node: cst.BaseStatement) -> tuple[str, ...]:
