@@ -42,6 +42,7 @@ class Item:
     value: object = None  # a constant's value
     train_cell: bool = False  # the body of a %%train cell
     declares: tuple[str, ...] = ()  # names a def declares `global` (module state)
+    at_definition: tuple[str, ...] = ()  # what a def's decorators, defaults and bases read
 
     @property
     def code(self) -> str:
@@ -147,8 +148,29 @@ def _item(
                 for n in g.names
             )
         )
+        outer: dict[str, None] = {}  # evaluated when the def runs, in the global scope
+        heads: list[cst.CSTNode] = [d.decorator for d in node.decorators]
+        if isinstance(node, cst.FunctionDef):
+            p = node.params
+            params = [*p.posonly_params, *p.params, *p.kwonly_params]
+            heads += [x.default for x in params if x.default is not None]
+            heads += [x.annotation.annotation for x in params if x.annotation is not None]
+        else:
+            heads += [b.value for b in (*node.bases, *node.keywords)]
+        for head in heads:
+            outer.update(dict.fromkeys(_read(head, scopes, positions, ())))
+        at_definition = tuple(outer)
+        reads = tuple(dict.fromkeys([*reads, *at_definition]))
         return Item(
-            cell, line, kind, node, node.name.value, (node.name.value,), reads, declares=declares
+            cell,
+            line,
+            kind,
+            node,
+            node.name.value,
+            (node.name.value,),
+            reads,
+            declares=declares,
+            at_definition=at_definition,
         )
     if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1:
         small = node.body[0]

@@ -125,6 +125,7 @@ def plan(nb: Notebook, analysis: Analysis, package: str) -> Plan:
             constants[item.name] = item
         else:
             run_body.append(item)
+    _evaluated_at_definition(definitions, run_body, notes)
     declared = {n for it in items for n in it.declares}
     # a constant the code later rebinds with a computed value is state, not configuration
     rebound = {
@@ -166,6 +167,33 @@ def plan(nb: Notebook, analysis: Analysis, package: str) -> Plan:
             if name not in bound and name not in BUILTINS and name not in out.unknown:
                 out.unknown[name] = (item.cell.number, item.line)
     return out
+
+
+def _evaluated_at_definition(
+    definitions: dict[str, Item], run_body: list[Item], notes: list[Note]
+) -> None:
+    """A def whose defaults, decorators or bases read notebook state (`def fit(m=model)`) needs
+    that state when it is defined: it stays in the script, where the state is (and is passed
+    on like any other name the script binds)."""
+    changed = True
+    while changed:
+        changed = False
+        state = {n for it in run_body for n in it.binds}
+        for name, item in list(definitions.items()):
+            needs = [n for n in item.at_definition if n in state]
+            if needs:
+                del definitions[name]
+                run_body.append(dataclasses.replace(item, kind="statement"))
+                notes.append(
+                    Note(
+                        item.cell.number,
+                        item.line,
+                        "kept",
+                        f"{name}: its definition reads notebook state {needs} (a default, a "
+                        "decorator or a base): defined in the script, where that state is",
+                    )
+                )
+                changed = True
 
 
 def _state_readers_to_train(out: Plan) -> None:

@@ -222,6 +222,8 @@ def _lead(markdown: str | None) -> str | None:
 def results(node: cst.BaseStatement, binds: tuple[str, ...]) -> tuple[str, ...]:
     """What a statement binds that is a result (`acc = evaluate(...)`, a total kept in a loop),
     not a loop variable nor an object built to be used (`ds = Dataset(...)`, `next(iter(dl))`)."""
+    if isinstance(node, cst.FunctionDef | cst.ClassDef):
+        return ()  # a definition kept in the script is passed on only where it is used
     loops: set[str] = set()
     for loop in m.findall(node, m.For()):
         assert isinstance(loop, cst.For)

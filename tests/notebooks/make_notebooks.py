@@ -12,7 +12,8 @@
   passed as a value reads (`map(pad, ...)`), state a class reads outside `__init__`.
 - `dataflow_names.ipynb`: a star import of the notebook's own helper module (`%%writefile`), an
   import and a function of the same name, a class used by functions of other modules, and a
-  name the notebook never defines (pre-existing: listed, the package still imports).
+  name the notebook never defines (pre-existing: listed, the package still imports), a default
+  value that is notebook state (`def described(v=vocab)`).
 All three run on a CPU in a second, without torch: `--execute --check-equivalence` tests them.
 """
 
@@ -524,6 +525,8 @@ def dataflow_names() -> None:
             code("def load_vocab(text):\n    return Vocab(text.split())"),
             code("def floor(x):\n    return int(x) - (1 if x < int(x) else 0)"),
             code("vocab = load_vocab('a b c a b')\nsize = float(len(vocab))"),
+            code("def described(v=vocab):\n    return float(len(v.index))"),
+            code("n_words = described()"),
             md("## Model"),
             code(
                 "def tokenize(text):\n"
