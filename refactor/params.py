@@ -40,6 +40,7 @@ def parameters(out: Plan) -> None:
     state -= out.module_state
     needs: dict[str, list[str]] = {}
     calls: dict[str, set[str]] = {}
+    methods_call: dict[str, set[str]] = {}  # what a class's methods other than __init__ call
     for name, placed in out.placed.items():
         item = placed.item
         reads = [r for r in item.reads if r not in item.declares]
@@ -59,6 +60,7 @@ def parameters(out: Plan) -> None:
                         "module state of train",
                     )
                 )
+            methods_call[name] = {r for r in reads if r in out.placed and r not in init_reads}
             reads = init_reads
         needs[name] = [r for r in reads if r in state or r in constants]
         callees = reads if isinstance(item.node, cst.ClassDef) else item.reads  # __init__ only
@@ -73,6 +75,8 @@ def parameters(out: Plan) -> None:
                         needs[name].append(need)
                         changed = True
     values = _value_uses(out, set(needs))
+    for cls, called in sorted(methods_call.items()):  # a method cannot pass what it lacks
+        values |= {c for c in called if c != cls}
     for name in sorted(values):
         stateful = [n for n in needs[name] if n in state]
         if stateful:
@@ -83,8 +87,8 @@ def parameters(out: Plan) -> None:
                     placed.item.cell.number,
                     placed.item.line,
                     "warning",
-                    f"{name} is passed around as a value and reads notebook state {stateful}: "
-                    "module state of train",
+                    f"{name} is passed around as a value (or called by a method) and reads "
+                    f"notebook state {stateful}: module state of train",
                 )
             )
     for name, wanted in needs.items():

@@ -148,7 +148,7 @@ def test_global_state_stays_module_state(executed: dict[str, Path]) -> None:
     assert "max_length" not in train.split("def pad(")[1].split(")")[0]
     assert re.search(r"^layers: Any = None", train, re.M)
     report = (folder / "REFACTOR_REPORT.md").read_text()
-    assert "`global_step`, `layers`, `max_length`, `width`" in report
+    assert "`global_step`, `layers`, `max_length`, `offset`, `width`" in report
 
 
 def test_star_imports_and_shadowed_imports(executed: dict[str, Path]) -> None:

@@ -9,7 +9,8 @@
 - `dataflow_versions.ipynb`: a function redefined between two calls (and a helper that calls
   it), a constant set again, a display-only section: each call must run the version live there.
 - `dataflow_globals.ipynb`: `global` in functions (a counter, a list rebuilt), state a function
-  passed as a value reads (`map(pad, ...)`), state a class reads outside `__init__`.
+  passed as a value reads (`map(pad, ...)`), state a class reads outside `__init__` (itself, or
+  through a function one of its methods calls).
 - `dataflow_names.ipynb`: a star import of the notebook's own helper module (`%%writefile`), an
   import and a function of the same name, a class used by functions of other modules, and a
   name the notebook never defines (pre-existing: listed, the package still imports), a default
@@ -498,6 +499,13 @@ def dataflow_globals() -> None:
                 "        return x * self.k * width"
             ),
             code("width = float(len(padded))\nscaled = Scaler(2)(3.0)"),
+            code("offset = float(len('abc'))\ndef shift(x):\n    return x + offset"),
+            code(
+                "class Shifter:\n"
+                "    def apply(self, x):\n"
+                "        return shift(x) * 2"
+            ),
+            code("shifted = Shifter().apply(1.0)"),
         ],
     )
 
