@@ -45,7 +45,9 @@ def imports_of(plan: Plan) -> Imports:
     lines: dict[str, str] = {}
     stars: list[str] = []
     notes: list[Note] = []
+    where: dict[str, tuple[int, int]] = {}
     for item in plan.imports:
+        where.update(dict.fromkeys(item.binds, (item.cell.number, item.line)))
         small = item.node.body[0]  # type: ignore[attr-defined]
         if isinstance(small, cst.Import):
             for alias in small.names:
@@ -83,8 +85,14 @@ def imports_of(plan: Plan) -> Imports:
                 )
             )
     for name in sorted(set(lines) & set(plan.placed)):
+        cell, line = where.get(name, (0, 0))
         notes.append(
-            Note(0, None, "warning", f"{name}: imported and defined by the notebook: defined")
+            Note(
+                cell,
+                line or None,
+                "warning",
+                f"{name}: imported, and defined by the notebook: the package uses its definition",
+            )
         )
     return Imports(lines, tuple(dict.fromkeys(stars)), tuple(notes))
 
