@@ -31,14 +31,23 @@ class TrainCell:
         return f"train_cell_{self.number}"
 
 
+QUOTES, SINGLE = chr(34) * 3, chr(39) * 3
+
+
 def _indent(text: str) -> str:
     return "\n".join(("    " + ln) if ln.strip() else "" for ln in text.splitlines())
 
 
-def parameter_list(names: tuple[str, ...], types: Types, config: bool) -> str:
+def config_name(plan: Plan) -> str:
+    """`config`, unless the notebook uses that name itself (`config = dict(lr=...)`)."""
+    used = {n for it in plan.versions.items for n in (*it.binds, *it.reads)}
+    return next(n for n in ("config", "run_config", "trainmate_config") if n not in used)
+
+
+def parameter_list(names: tuple[str, ...], types: Types, config: str | None) -> str:
     typed = [(p, types.value_type(p)) for p in names]
     params = [f"{p}: {t}" if t else p for p, t in typed]
-    return ", ".join((["config: Config"] if config else []) + params)
+    return ", ".join(([f"{config}: Config"] if config else []) + params)
 
 
 def returns_annotation(names: tuple[str, ...] | list[str], types: Types) -> str:
@@ -51,6 +60,7 @@ def returns_annotation(names: tuple[str, ...] | list[str], types: Types) -> str:
 
 
 def section_function(plan: Plan, section: Section, types: Types, plots: str | None) -> str:
+    config = config_name(plan)
     lines: list[str] = []
     if section.declares:
         lines.append(f"global {', '.join(section.declares)}")
@@ -58,19 +68,21 @@ def section_function(plan: Plan, section: Section, types: Types, plots: str | No
         field_name = plan.field_name(name)
         item = plan.constants[name]
         value = (
-            f"list(config.{field_name})" if isinstance(item.value, list) else f"config.{field_name}"
+            f"list({config}.{field_name})"
+            if isinstance(item.value, list)
+            else f"{config}.{field_name}"
         )
         lines.append(f"{name} = {value}")
     lines += [u.code for u in section.units]
     if section.returns:
         lines.append("return " + ", ".join(section.returns))
     cells = ", ".join(str(c) for c in section.cells)
-    title = section.heading or f"Cell {section.cells[0]}"
+    title = (section.heading or f"Cell {section.cells[0]}").replace(QUOTES, SINGLE)
     doc = f'"""{title.rstrip(".")}: the notebook\'s cell{"s" if len(section.cells) > 1 else ""} {cells}.'
     if section.display:
-        doc += f"\n\nDisplay only: `run()` calls it with `config.{plots}`."
+        doc += f"\n\nDisplay only: `run()` calls it with `{config}.{plots}`."
     doc += '\n"""'
-    signature = parameter_list(section.params, types, bool(section.config))
+    signature = parameter_list(section.params, types, config if section.config else None)
     returns = returns_annotation(section.returns, types)
     body = _indent(doc.replace("\\", "\\\\") + "\n" + "\n".join(lines))
     return (
@@ -80,19 +92,20 @@ def section_function(plan: Plan, section: Section, types: Types, plots: str | No
 
 
 def run_function(plan: Plan, sections: tuple[Section, ...], plots: str | None) -> str:
+    config = config_name(plan)
     lines: list[str] = []
     if plan.device and any("device" in s.params for s in sections):
-        lines.append("device = resolve_device(config.device)")
+        lines.append(f"device = resolve_device({config}.device)")
     for section in sections:
-        args = ", ".join((["config"] if section.config else []) + list(section.params))
+        args = ", ".join(([config] if section.config else []) + list(section.params))
         call = f"{section.name}({args})"
         if section.display:
-            lines += [f"if config.{plots}:", f"    {call}"]
+            lines += [f"if {config}.{plots}:", f"    {call}"]
             continue
         lines.append(f"{', '.join(section.returns)} = {call}" if section.returns else call)
-    lines.append('return {k: v for k, v in locals().items() if k != "config"}')
+    lines.append(f'return {{k: v for k, v in locals().items() if k != "{config}"}}')
     return (
-        "def run(config: Config) -> dict[str, object]:\n"
+        f"def run({config}: Config) -> dict[str, object]:\n"
         '    """The notebook\'s sections in order, with the hyperparameters from `config`.\n\n'
         "    Returns the variables it ends with (the notebook's state), by name.\n"
         '    """\n' + _indent("\n".join(lines)) + "\n"
@@ -107,7 +120,7 @@ def train_cell_function(
     )
     if cell.returns:
         body += "\nreturn " + ", ".join(cell.returns)
-    params = parameter_list(tuple(cell.params), types, False)
+    params = parameter_list(tuple(cell.params), types, None)
     returns = returns_annotation(cell.returns, types)
     signature = (
         f"def {cell.name}(*, {params}){returns}:" if params else f"def {cell.name}(){returns}:"

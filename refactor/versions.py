@@ -58,8 +58,39 @@ def _local_names(fn: cst.CSTNode) -> set[str]:
     return found
 
 
+RESERVED = {"run": "run_notebook", "Config": "NotebookConfig", "resolve_device": "resolve_device_"}
+
+
+def _reserved(items: list[Item]) -> tuple[list[Item], list[Note]]:
+    """The package's own names (`run`, `Config`): a notebook definition of one is renamed."""
+    defined = {it.name for it in items if it.kind in ("function", "class")}
+    renames = {old: new for old, new in RESERVED.items() if old in defined}
+    if not renames:
+        return items, []
+    out: list[Item] = []
+    notes: list[Note] = []
+    for item in items:
+        hit = {k: v for k, v in renames.items() if k in item.reads or k == item.name}
+        if not hit:
+            out.append(item)
+            continue
+        node = rename_reads(item.node, hit)
+        name = hit.get(item.name or "", item.name)
+        if isinstance(node, cst.FunctionDef | cst.ClassDef) and name is not None:
+            node = node.with_changes(name=cst.Name(name))
+            notes.append(
+                Note(item.cell.number, item.line, "kept", f"{item.name}: renamed {name} (the "
+                     "package's own name)")
+            )  # fmt: skip
+        reads = tuple(hit.get(r, r) for r in item.reads)
+        binds = tuple(hit.get(b, b) for b in item.binds)
+        out.append(dataclasses.replace(item, node=node, name=name, reads=reads, binds=binds))
+    return out, notes
+
+
 def resolve(items: list[Item], exported_only: bool = False) -> Versions:
     """Bind every reference of a name defined more than once to the version live there."""
+    items, reserved = _reserved(items)
     definitions: dict[str, list[int]] = {}  # name -> indexes in `items` of its definitions
     for index, item in enumerate(items):
         if item.kind in ("function", "class") and not item.train_cell and item.name:
@@ -68,8 +99,8 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
             definitions.setdefault(item.name, []).append(index)
     multiple = {n: d for n, d in definitions.items() if len(d) > 1}
     if not multiple:
-        return Versions(tuple(items), (), (), ())
-    notes_early: list[Note] = []
+        return Versions(tuple(items), (), (), tuple(reserved))
+    notes_early: list[Note] = reserved
     split: dict[int, tuple[str, dict[int, int | None]]] = {}  # def -> (name, point -> version)
     # which definition each reference binds to: (index of the referring item, name) -> def index
     callers = _call_points(items)

@@ -178,3 +178,25 @@ def test_an_undefined_name_is_listed_as_pre_existing_and_the_package_imports(
     assert "- cell 2, line 2: F821 Undefined name `missing_factor`" in report
     for module in code_of(out, "undefined"):
         imports_quietly(out, "undefined", module.removesuffix(".py"), tmp_path)
+
+
+def test_the_notebooks_own_run_and_config_do_not_clash_with_the_packages(tmp_path: Path) -> None:
+    notebook = tmp_path / "names.ipynb"
+    cells = [
+        new_markdown_cell("# Names\n## Setup"),
+        new_code_cell("config = dict(lr=0.1)\nLR = 0.5"),
+        new_markdown_cell("## Use"),
+        new_code_cell("def run(a):\n    return a * LR"),
+        new_code_cell("x = float(run(config['lr']))"),
+    ]
+    nbformat.write(new_notebook(cells=cells), notebook)
+    out = tmp_path / "out"
+    proc = trainmate(
+        "refactor", notebook, "-o", out, "--execute", "--check-equivalence", "--no-docs"
+    )
+    assert proc.returncode == 0, proc.stderr
+    code = code_of(out, "names")
+    assert "def run_notebook(a" in code["utils.py"]
+    assert "def run(run_config: Config)" in code["train.py"]
+    assert "config = set_up()" in code["train.py"]
+    assert "| `x` | 0.05 | 0.05 | yes |" in (out / "REFACTOR_REPORT.md").read_text()
