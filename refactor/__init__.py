@@ -9,7 +9,8 @@ the next (`pipeline.py` runs them in this order):
 3. `plan`: where everything goes (`Plan`): `versions` binds each call to the definition live
    there, `params` turns notebook state into parameters (or module state).
 4. `emit`: the source files (`Emitted`): `imports` per module, `compose` + `sections` cut the
-   script into section functions and `functions` writes them and `run(config)`; `configfile`,
+   script into section functions (`display` says which only show) and `functions` writes them
+   and `run(config)`; `configfile`,
    `project` (pyproject, README, `__main__.py` from `templates/main.py.tmpl`); `annotate` adds
    the types, `docs` the docstrings.
 5. `testgen`: the generated tests (`Generated`).

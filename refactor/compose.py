@@ -19,11 +19,12 @@ import libcst.matchers as m
 
 from .analyze import Item, _target_names
 from .annotate import Types
+from .display import is_display
 from .functions import TrainCell, run_function, section_function, train_cell_function
 from .params import hard_coded_device
 from .plan import Plan
 from .read import CodeCell, Note
-from .sections import Section, Unit, built, cut, is_display, results
+from .sections import Section, Unit, built, cut, results
 from .transform import DeviceTransformer
 
 DROPPED = "# trainmate: dropped"
