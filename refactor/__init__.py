@@ -10,9 +10,8 @@ the next (`pipeline.py` runs them in this order):
    there, `params` turns notebook state into parameters (or module state).
 4. `emit`: the source files (`Emitted`): `imports` per module, `compose` + `sections` cut the
    script into section functions (`display` says which only show) and `functions` writes them
-   and `run(config)`; `configfile`,
-   `project` (pyproject, README, `__main__.py` from `templates/main.py.tmpl`); `annotate` adds
-   the types, `docs` the docstrings.
+   and `run(config)`; `configfile`, `project` (pyproject, README, `__main__.py` from
+   `templates/main.py.tmpl`); `annotate` adds the types, `docs` the docstrings.
 5. `testgen`: the generated tests (`Generated`).
 6. `output`: formats with ruff and writes atomically.
 7. `gate`, `docs.build_html`, `equivalence`: the checks on the written package.
