@@ -302,6 +302,9 @@ def _bound(node: cst.CSTNode) -> tuple[str, ...]:
     for target in targets:
         for name in _target_names(target):
             names.setdefault(name, None)
+    for found in m.findall(node, m.Import() | m.ImportFrom()):  # `try: import x` in a cell
+        assert isinstance(found, cst.Import | cst.ImportFrom)
+        names.update(dict.fromkeys(_import_names(found)))
     return tuple(names)
 
 

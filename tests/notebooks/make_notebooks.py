@@ -14,7 +14,7 @@
 - `dataflow_names.ipynb`: a star import of the notebook's own helper module (`%%writefile`), an
   import and a function of the same name, a class used by functions of other modules, and a
   name the notebook never defines (pre-existing: listed, the package still imports), a default
-  value that is notebook state (`def described(v=vocab)`).
+  value that is notebook state (`def described(v=vocab)`), a module imported inside `try:`.
 All three run on a CPU in a second, without torch: `--execute --check-equivalence` tests them.
 """
 
@@ -522,6 +522,7 @@ def dataflow_names() -> None:
                 "HALF = 0.5\n"
             ),
             code("from helpers import *\nfrom math import floor"),
+            code("try:\n    import json\nexcept ImportError:\n    json = None"),
             md("## Data"),
             code(
                 "class Vocab:\n"
@@ -542,6 +543,7 @@ def dataflow_names() -> None:
             ),
             code("def embed(text):\n    return [double(t) * HALF for t in tokenize(text)]"),
             code("weights = embed('c b a')\nlowest = float(floor(-0.5))"),
+            code("encoded = float(len(json.dumps(weights)))"),
             code("def never_called():\n    return undefined_thing + 1"),
         ],
     )
