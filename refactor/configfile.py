@@ -6,6 +6,9 @@ display-only sections), and `resolve_device`.
 
 from __future__ import annotations
 
+import libcst as cst
+
+from .analyze import Item
 from .plan import Plan
 
 
@@ -21,6 +24,14 @@ def _annotation(value: object) -> str:
     if isinstance(value, list | tuple) and value:
         return f"tuple[{_annotation(value[0])}, ...]"
     return "object"
+
+
+def _value_code(item: Item) -> str:
+    """The literal a constant is set to, as written (not the comments above it)."""
+    small = item.node.body[0]  # type: ignore[attr-defined]
+    assert isinstance(small, cst.Assign | cst.AnnAssign)
+    assert small.value is not None
+    return cst.Module([]).code_for_node(small.value)
 
 
 def config_module(plan: Plan, plots: str | None) -> str:
@@ -39,7 +50,7 @@ def config_module(plan: Plan, plots: str | None) -> str:
         lines += ["", "import torch"]
     lines.append("")
     for name, item in plan.constants.items():
-        lines.append(f"{name} = {item.code.split('=', 1)[1].strip()}")
+        lines.append(f"{name} = {_value_code(item)}")
         lines.append(
             f'"""Cell {item.cell.number} of the notebook; the default of '
             f'`Config.{plan.field_name(name)}` (`--{plan.field_name(name).replace("_", "-")}`)."""'

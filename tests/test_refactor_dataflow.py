@@ -113,6 +113,7 @@ def test_each_call_runs_the_version_live_where_it_stands(executed: dict[str, Pat
     assert "scale: float = SCALE" in code["config.py"]
     assert "SCALE = 1.0" in code["config.py"]
     assert "SCALE = 3.0" in second
+    assert "2.5" not in code["config.py"]  # the comment above a constant is not its value
 
 
 def test_the_script_is_section_functions_and_plots_run_only_when_asked(

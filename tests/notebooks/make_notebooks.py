@@ -452,7 +452,7 @@ def dataflow_versions() -> None:
             md("# Versions\nA teaching notebook evolves a function."),
             code("import math"),
             md("## Data"),
-            code("xs = [1.0, 2.0, 3.0, 4.0]\nSCALE = 1.0"),
+            code("xs = [1.0, 2.0, 3.0, 4.0]\n# tried: SCALE = 2.5\nSCALE = 1.0"),
             md("## A first loss"),
             code(
                 "def split_loss(split):\n"
