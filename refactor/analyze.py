@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 import bisect
 import builtins
+import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -27,6 +29,8 @@ from .read import CodeCell, Notebook
 Scopes = Mapping[cst.CSTNode, Scope | None]
 Positions = Mapping[cst.CSTNode, CodeRange]
 Kind = Literal["import", "function", "class", "constant", "statement"]
+FUTURE = re.compile(r"^from __future__ import [^\n]*$", re.M)
+FUTURE_DROPPED = "pass  # trainmate: dropped (a __future__ import)"
 BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "get_ipython", "display"}
 
 
@@ -73,6 +77,8 @@ def analyze(nb: Notebook) -> Analysis:
     for cell in nb.cells:
         if not cell.python.strip():
             continue
+        if FUTURE.search(cell.python):  # a no-op in Python 3, and legal only first in a file
+            cell = dataclasses.replace(cell, python=FUTURE.sub(FUTURE_DROPPED, cell.python))
         try:  # CPython's message first: the one users know
             compile(cell.python, f"cell {cell.number}", "exec", dont_inherit=True)
         except SyntaxError as exc:
