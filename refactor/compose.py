@@ -270,7 +270,9 @@ class Composer:
         parts += [section_function(plan, s, types, plots) for s in sections]
         parts.append(run_function(plan, sections, plots))
         extra = {"Config", "no_type_check"}
-        if plan.device and any("device" in s.params for s in sections):
+        if plan.device and (
+            "device" in plan.module_state or any("device" in s.params for s in sections)
+        ):
             extra.add("resolve_device")
         if train_cells:
             extra.add("jupyter_trainmate")

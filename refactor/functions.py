@@ -94,7 +94,9 @@ def section_function(plan: Plan, section: Section, types: Types, plots: str | No
 def run_function(plan: Plan, sections: tuple[Section, ...], plots: str | None) -> str:
     config = config_name(plan)
     lines: list[str] = []
-    if plan.device and any("device" in s.params for s in sections):
+    if plan.device and "device" in plan.module_state:
+        lines += ["global device", f"device = resolve_device({config}.device)"]
+    elif plan.device and any("device" in s.params for s in sections):
         lines.append(f"device = resolve_device({config}.device)")
     for section in sections:
         args = ", ".join(([config] if section.config else []) + list(section.params))

@@ -138,6 +138,9 @@ def plan(nb: Notebook, analysis: Analysis, package: str) -> Plan:
     device = any(hard_coded_device(it.node) for it in analysis.items) or any(
         "device" in it.binds for it in run_body
     )
+    if device and "device" in constants:  # Config.device ("auto") replaces the notebook's
+        run_body.append(dataclasses.replace(constants.pop("device"), kind="statement"))
+        run_body.sort(key=lambda it: (it.cell.number, it.line))
     out = Plan(
         package,
         nb,

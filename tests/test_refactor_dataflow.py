@@ -201,3 +201,26 @@ def test_the_notebooks_own_run_and_config_do_not_clash_with_the_packages(tmp_pat
     assert "def run(run_config: Config)" in code["train.py"]
     assert "config = set_up()" in code["train.py"]
     assert "| `x` | 0.05 | 0.05 | yes |" in (out / "REFACTOR_REPORT.md").read_text()
+
+
+def test_a_device_constant_read_by_a_callback_is_module_state_set_by_run(tmp_path: Path) -> None:
+    notebook = tmp_path / "callback.ipynb"
+    cells = [
+        new_code_cell("import torch\ndevice = 'cuda'"),
+        new_code_cell("def to_device(batch):\n    return [t.to(device) for t in batch]"),
+        new_code_cell("moved = list(map(to_device, [[torch.zeros(2)]]))"),
+    ]
+    nbformat.write(new_notebook(cells=cells), notebook)
+    out = tmp_path / "out"
+    proc = trainmate("refactor", notebook, "-o", out, "--no-docs")
+    assert proc.returncode == 0, proc.stderr
+    code = code_of(out, "callback")
+    assert code["config.py"].count("device: str") == 1  # Config.device ("auto") only
+    assert "global device\n    device = resolve_device(config.device)" in code["train.py"]
+    assert "gate: 0 (" in (out / "REFACTOR_REPORT.md").read_text()
+    run = subprocess.run(
+        [sys.executable, "-c", "from callback.train import run; from callback.config import "
+         "Config; print(run(Config(device='cpu'))['moved'][0][0].device)"],
+        cwd=out, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert (run.returncode, run.stdout) == (0, "cpu\n"), run.stderr
