@@ -3,7 +3,8 @@ Step 6a: the gate. `ruff check --select E9,F63,F7,F82,F811` (syntax errors, unde
 redefinitions: the usual CI gate, not style) on the written package, and on the notebook's own
 code (its cells, as IPython's input transformers made them, as one script). An undefined name
 the notebook's own code already has is pre-existing: the report lists it with its cell and line.
-Every other finding is one the refactor introduced, and there should be none.
+So is a finding in a file the notebook wrote with `%%writefile` (copied as written). Every other
+finding is one the refactor introduced, and there should be none.
 """
 
 from __future__ import annotations
@@ -108,8 +109,8 @@ def check(folder: Path, nb: Notebook, skipped: set[int]) -> Gate:
         finding = Finding(
             f"{relative}:{row}:{column}", str(found.get("code")), str(found.get("message", ""))
         )
-        if finding.code == "F821" and _name(finding.message) in names:
-            carried.append(finding)
+        if relative in nb.files or (finding.code == "F821" and _name(finding.message) in names):
+            carried.append(finding)  # the notebook's own (or a file it wrote, as written)
         else:
             introduced.append(finding)
     return Gate(tuple(introduced), own, tuple(carried))
@@ -119,10 +120,11 @@ def lines(gate: Gate) -> list[str]:
     """The report's section."""
     out = [f"gate: {len(gate.introduced)} (ruff check --select {RULES}, errors the refactor made)"]
     out += [f"- {f}" for f in gate.introduced]
-    if gate.pre_existing:
+    if gate.pre_existing or gate.carried:
         out += [
             "",
-            "The notebook's own undefined names (pre-existing, carried over as written):",
+            "The notebook's own (pre-existing, carried over as written): its undefined names, "
+            "and the files it wrote with `%%writefile`:",
             "",
         ]
         out += [f"- {f}" for f in gate.pre_existing]
