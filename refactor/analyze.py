@@ -163,6 +163,12 @@ def _item(
             heads += [x.annotation.annotation for x in params if x.annotation is not None]
         else:
             heads += [b.value for b in (*node.bases, *node.keywords)]
+            for method in node.body.body:  # evaluated when the class body runs
+                if isinstance(method, cst.FunctionDef):
+                    p = method.params
+                    every = [*p.posonly_params, *p.params, *p.kwonly_params]
+                    heads += [x.default for x in every if x.default is not None]
+                    heads += [d.decorator for d in method.decorators]
         for head in heads:
             outer.update(dict.fromkeys(_read(head, scopes, positions, ())))
         at_definition = tuple(outer)

@@ -125,7 +125,6 @@ def plan(nb: Notebook, analysis: Analysis, package: str) -> Plan:
             constants[item.name] = item
         else:
             run_body.append(item)
-    _evaluated_at_definition(definitions, run_body, notes)
     declared = {n for it in items for n in it.declares}
     # a constant the code later rebinds with a computed value is state, not configuration
     rebound = {
@@ -140,7 +139,8 @@ def plan(nb: Notebook, analysis: Analysis, package: str) -> Plan:
     )
     if device and "device" in constants:  # Config.device ("auto") replaces the notebook's
         run_body.append(dataclasses.replace(constants.pop("device"), kind="statement"))
-        run_body.sort(key=lambda it: (it.cell.number, it.line))
+    _evaluated_at_definition(definitions, run_body, notes, {"device"} if device else set())
+    run_body.sort(key=lambda it: (it.cell.number, it.line))
     out = Plan(
         package,
         nb,
@@ -173,7 +173,7 @@ def plan(nb: Notebook, analysis: Analysis, package: str) -> Plan:
 
 
 def _evaluated_at_definition(
-    definitions: dict[str, Item], run_body: list[Item], notes: list[Note]
+    definitions: dict[str, Item], run_body: list[Item], notes: list[Note], also: set[str]
 ) -> None:
     """A def whose defaults, decorators or bases read notebook state (`def fit(m=model)`) needs
     that state when it is defined: it stays in the script, where the state is (and is passed
@@ -181,7 +181,7 @@ def _evaluated_at_definition(
     changed = True
     while changed:
         changed = False
-        state = {n for it in run_body for n in it.binds}
+        state = {n for it in run_body for n in it.binds} | also
         for name, item in list(definitions.items()):
             needs = [n for n in item.at_definition if n in state]
             if needs:

@@ -224,3 +224,30 @@ def test_a_device_constant_read_by_a_callback_is_module_state_set_by_run(tmp_pat
         cwd=out, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert (run.returncode, run.stdout) == (0, "cpu\n"), run.stderr
+
+
+def test_a_method_default_that_is_notebook_state_keeps_the_class_in_the_script(
+    tmp_path: Path,
+) -> None:
+    notebook = tmp_path / "defaults.ipynb"
+    cells = [
+        new_code_cell("scale = float(len('abcd'))"),
+        new_code_cell(
+            "class Scaled:\n    def __init__(self, k=scale):\n        self.k = k\n\n"
+            "    def apply(self, x):\n        return x * self.k"
+        ),
+        new_code_cell("value = Scaled().apply(2.0)"),
+    ]
+    nbformat.write(new_notebook(cells=cells), notebook)
+    out = tmp_path / "out"
+    proc = trainmate("refactor", notebook, "-o", out, "--no-docs")
+    assert proc.returncode == 0, proc.stderr
+    assert "gate: 0 (" in (out / "REFACTOR_REPORT.md").read_text()
+    for module in code_of(out, "defaults"):
+        imports_quietly(out, "defaults", module.removesuffix(".py"), tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-c", "from defaults.train import run; from defaults.config import "
+         "Config; print(run(Config())['value'])"],
+        cwd=out, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert (run.returncode, run.stdout) == (0, "8.0\n"), run.stderr
