@@ -477,10 +477,7 @@ def dataflow_globals() -> None:
             md("# Globals\nState that functions share through the module."),
             code("global_step = 0\nlayers = []"),
             code(
-                "def step(n):\n"
-                "    global global_step\n"
-                "    global_step += n\n"
-                "    return global_step"
+                "def step(n):\n    global global_step\n    global_step += n\n    return global_step"
             ),
             code("def add_layer(width):\n    global layers\n    layers = layers + [width]"),
             md("## Train"),
@@ -489,7 +486,9 @@ def dataflow_globals() -> None:
             md("## Padding"),
             code("max_length = int('5')"),
             code("def pad(seq):\n    return (seq + [0] * max_length)[:max_length]"),
-            code("padded = list(map(pad, [[1, 2], [3, 4, 5, 6, 7, 8]]))\ntotal = float(sum(map(sum, padded)))"),
+            code(
+                "padded = list(map(pad, [[1, 2], [3, 4, 5, 6, 7, 8]]))\ntotal = float(sum(map(sum, padded)))"
+            ),
             md("## Scaling"),
             code(
                 "class Scaler:\n"
@@ -500,11 +499,7 @@ def dataflow_globals() -> None:
             ),
             code("width = float(len(padded))\nscaled = Scaler(2)(3.0)"),
             code("offset = float(len('abc'))\ndef shift(x):\n    return x + offset"),
-            code(
-                "class Shifter:\n"
-                "    def apply(self, x):\n"
-                "        return shift(x) * 2"
-            ),
+            code("class Shifter:\n    def apply(self, x):\n        return shift(x) * 2"),
             code("shifted = Shifter().apply(1.0)"),
         ],
     )
@@ -515,12 +510,7 @@ def dataflow_names() -> None:
         "dataflow_names.ipynb",
         [
             md("# Names\nHelpers from a star import, a shadowed import, a class used everywhere."),
-            code(
-                "%%writefile helpers.py\n"
-                "def double(x):\n"
-                "    return 2 * x\n\n\n"
-                "HALF = 0.5\n"
-            ),
+            code("%%writefile helpers.py\ndef double(x):\n    return 2 * x\n\n\nHALF = 0.5\n"),
             code("from helpers import *\nfrom math import floor"),
             code("try:\n    import json\nexcept ImportError:\n    json = None"),
             md("## Data"),
@@ -537,10 +527,7 @@ def dataflow_names() -> None:
             code("def described(v=vocab):\n    return float(len(v.index))"),
             code("n_words = described()"),
             md("## Model"),
-            code(
-                "def tokenize(text):\n"
-                "    return [vocab.index.get(w, 0) for w in text.split()]"
-            ),
+            code("def tokenize(text):\n    return [vocab.index.get(w, 0) for w in text.split()]"),
             code("def embed(text):\n    return [double(t) * HALF for t in tokenize(text)]"),
             code("weights = embed('c b a')\nlowest = float(floor(-0.5))"),
             code("encoded = float(len(json.dumps(weights)))"),
