@@ -52,6 +52,7 @@ def test_wheel_contents(wheel: Path) -> None:
     # refactor/ is installed as jupyter_trainmate.refactor: PyPI's unrelated `refactor` owns the name
     assert "jupyter_trainmate/refactor/__init__.py" in names
     assert "jupyter_trainmate/refactor/pipeline.py" in names
+    assert "jupyter_trainmate/refactor/templates/main.py.tmpl" in names  # package data
     assert {n.split("/")[0] for n in names if "/" in n and ".dist-info/" not in n} == {
         "jupyter_trainmate",
         f"jupyter_trainmate-{jupyter_trainmate.__version__}.data",
