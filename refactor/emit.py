@@ -14,7 +14,6 @@ import importlib.metadata
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
@@ -23,7 +22,7 @@ from jupyter_trainmate.runs_table import END, START, markdown_table
 from jupyter_trainmate.runtime.records import read_records
 
 from .analyze import Item, _target_names
-from .annotate import Coverage, Types, annotate_module
+from .annotate import Annotated, Coverage
 from .docs import documented, model_card, module_docstring
 from .equivalence import Equivalence
 from .plan import MODULES, Param, Plan
@@ -71,6 +70,7 @@ class Emitted:
     params: dict[str, list[Param]]  # function -> parameters created
     train_cells: list[TrainCell]
     coverage: Coverage | None = None
+    types: Annotated | None = None
     executed: bool = False
     tests: Generated | None = None
     equivalence: Equivalence | None = None
@@ -234,13 +234,9 @@ class _Emitter:
         return "\n".join(["from __future__ import annotations", "", *sorted(set(lines))]) + "\n"
 
 
-def emit(
-    plan: Plan,
-    trace: dict[str, list[dict[str, Any]]] | None = None,
-    globals_seen: dict[str, Any] | None = None,
-) -> Emitted:
+def emit(plan: Plan) -> Emitted:
+    """The package's files, not yet annotated (`annotate` types them all, as one package)."""
     e = _Emitter(plan)
-    types = Types(plan, trace, globals_seen)
     files: dict[str, str] = {}
     pkg = plan.package
     nb = plan.notebook
@@ -260,7 +256,7 @@ def emit(
     run_code, train_cells, run_extra = _run(e)
     modules.setdefault("train", [])
     for cell in train_cells:
-        modules["train"].append(_train_cell_function(e, cell, types))
+        modules["train"].append(_train_cell_function(e, cell))
     modules["train"].append(run_code)
 
     for module in order:
@@ -280,7 +276,7 @@ def emit(
         )
         doc = f'"""{module_docstring(module, plan, cells)}\n"""\n\n'
         text = doc + e.header(module, body, extra) + "\n\n" + body
-        files[f"{pkg}/{module}.py"] = annotate_module(text, module, types)
+        files[f"{pkg}/{module}.py"] = text
     files[f"{pkg}/config.py"] = _config(e)
     files[f"{pkg}/__init__.py"] = (
         f'"""{title}: the notebook `{nb.path.name}` as a package.\n\n'
@@ -396,41 +392,26 @@ def _run(e: _Emitter) -> tuple[str, list[TrainCell], set[str]]:
     body += "\nreturn {k: v for k, v in locals().items() if k != 'config'}"
     indented = "\n".join(("    " + line) if line.strip() else "" for line in body.splitlines())
     code = (
-        "@no_type_check  # the notebook's script, as written: typed at its edges, not inside\n"
         "def run(config: Config) -> dict[str, object]:\n"
         '    """The notebook\'s top-level code, in order, with the hyperparameters from `config`.\n\n'
         "    Returns the variables it ends with (the notebook's state), by name.\n"
         '    """\n' + indented + "\n"
     )
-    extra = {"Config", "no_type_check"} | (
-        {"resolve_device"} if "resolve_device" in code else set()
-    )
-    e.import_lines.setdefault("no_type_check", "from typing import no_type_check")
+    extra = {"Config"} | ({"resolve_device"} if "resolve_device" in code else set())
     if train_cells:
         extra.add("jupyter_trainmate")
         e.import_lines.setdefault("jupyter_trainmate", "import jupyter_trainmate")
     return code, train_cells, extra
 
 
-def _train_cell_function(e: _Emitter, cell: TrainCell, types: Types) -> str:
+def _train_cell_function(e: _Emitter, cell: TrainCell) -> str:
     body = "\n".join(
         _code(e.transformed(it.node, {p: p for p in cell.params})).strip("\n") for it in cell.items
     )
     if cell.returns:
         body += "\nreturn " + ", ".join(cell.returns)
-    typed = [(p, types.value_type(p)) for p in cell.params]
-    params = ", ".join(f"{p}: {t}" if t else p for p, t in typed)
-    returned = [types.value_type(r) for r in cell.returns]
-    returns = " -> None"
-    if cell.returns:
-        known = [t for t in returned if t]
-        returns = "" if len(known) != len(returned) else f" -> {known[0]}"
-        if len(known) > 1 and len(known) == len(returned):
-            returns = f" -> tuple[{', '.join(known)}]"
-    signature = (
-        f"def {cell.name}(*, {params}){returns}:" if params else f"def {cell.name}(){returns}:"
-    )
-    signature = "@no_type_check\n" + signature  # the cell as written: typed at its edges only
+    params = ", ".join(cell.params)  # typed by `annotate`, from run()'s call
+    signature = f"def {cell.name}(*, {params}):" if params else f"def {cell.name}():"
     magic = f"%%train {cell.options}".rstrip()
     doc = (
         f'"""The notebook\'s `{magic}` cell (cell {cell.number}).\n\n'
@@ -610,8 +591,7 @@ pythonpath = ["."]
 testpaths = ["tests"]
 
 [tool.mypy]
-# `run()` and the `%%train` cell functions hold the notebook's code as written: their signatures
-# are typed, their bodies not checked (`@no_type_check`)
+# a function whose own code fails mypy is `@no_type_check` (REFACTOR_REPORT.md says why)
 ignore_missing_imports = true
 
 [tool.ruff.lint]

@@ -11,7 +11,7 @@ from pathlib import Path
 from jupyter_trainmate.errors import TrainmateError
 
 from .analyze import analyze
-from .annotate import coverage
+from .annotate import annotate
 from .docs import build_html
 from .emit import emit
 from .equivalence import check
@@ -71,20 +71,23 @@ def refactor(
     trace = None
     if execute:
         trace = run_traced(notebook, {b.cell for b in analysis.bad}, timeout)
-    emitted = emit(
-        the_plan,
-        trace.calls if trace is not None else None,
-        trace.globals if trace is not None else None,
-    )
+    emitted = emit(the_plan)
     tests = generate(
         the_plan,
         trace.calls if trace is not None else None,
         trace.fixtures if trace else None,
         trace.dropped if trace else None,
     )
-    emitted.files.update(tests.files)
+    emitted.types = annotate(
+        emitted.files,
+        pkg,
+        trace.calls if trace is not None else None,
+        trace.globals if trace is not None else None,
+        typecheck=not dry_run,
+    )
+    emitted.files = {**emitted.types.files, **tests.files}
     emitted.tests = tests
-    emitted.coverage = coverage(emitted.files, pkg)
+    emitted.coverage = emitted.types.coverage
     emitted.executed = trace is not None
     if dry_run:
         return out, report(the_plan, emitted, "(dry run: not formatted or checked)", "dry run")

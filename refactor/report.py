@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .emit import Emitted
 from .plan import Plan
+from .typecheck import Checked
 
 
 def report(plan: Plan, emitted: Emitted, findings: str, docs_problem: str = "") -> str:
@@ -77,6 +78,8 @@ def report(plan: Plan, emitted: Emitted, findings: str, docs_problem: str = "") 
         lines.append(
             f"{c.annotated} of {c.total} parameters and returns annotated ({c.share:.0%}), from {how}."
         )
+    if emitted.types is not None:
+        lines += ["", *_typecheck_lines(emitted.types.checked)]
     lines += ["", "## Tests (tests/)", ""]
     if emitted.tests is not None:
         lines += [f"- {t}" for t in emitted.tests.tests]
@@ -104,3 +107,21 @@ def report(plan: Plan, emitted: Emitted, findings: str, docs_problem: str = "") 
         "API docs (pdoc): `docs/index.html`" if not docs_problem else f"API docs: {docs_problem}"
     )
     return "\n".join(lines) + "\n"
+
+
+def _typecheck_lines(checked: Checked) -> list[str]:
+    """mypy's verdict, the annotations it rejected and each `@no_type_check` with its reason."""
+    lines = [f"mypy on the package: {checked.result}."]
+    if checked.removed:
+        lines.append(
+            f"{len(checked.removed)} inferred annotations mypy rejected were removed: "
+            + ", ".join(f"`{r}`" for r in checked.removed)
+            + "."
+        )
+    count = len(checked.no_type_check)
+    lines.append(
+        f"`@no_type_check` on {count} function{'s' if count != 1 else ''}"
+        + (" (its own code fails mypy):" if count else ": none (every typed function checks).")
+    )
+    lines += [f"- `{where}`: {reason}" for where, reason in checked.no_type_check]
+    return lines
