@@ -5,7 +5,9 @@ Always: an import test per module. With the types recorded by `--execute`:
 
 - each `nn.Module` built with the arguments it was built with in the notebook (when they were
   plain numbers, strings or booleans, or none were needed) runs `forward` on CPU on random inputs
-  of the recorded dtypes and shapes (the batch cut to at most 4), and the output's shape and dtype
+  of the recorded dtypes and shapes (the batch cut to at most 4; integer tensors drawn from the
+  range of values the notebook passed, one-dimensional ones longest first as lengths are), and
+  the output's shape and dtype
   must be the recorded ones; then one SGD step on that batch: the loss is finite and the
   parameters change;
 - each Dataset built from random tensors of the recorded shapes has the recorded `len()`, and
@@ -70,7 +72,10 @@ def _tensor_expr(d: dict[str, Any], batch: int | None) -> str | None:
         return f"torch.randn({tuple(shape)!r}, dtype=torch.{dtype})"
     if dtype == "bool":
         return f"torch.randint(0, 2, {tuple(shape)!r}).bool()"
-    return f"torch.randint(0, 2, {tuple(shape)!r}, dtype=torch.{dtype})"
+    low, high = d.get("min", 0), d.get("max", 1)  # the range the notebook's values had
+    drawn = f"torch.randint({low}, {high + 1}, {tuple(shape)!r}, dtype=torch.{dtype})"
+    # one dimension: lengths, as `pack_padded_sequence` wants them by default (longest first)
+    return f"{drawn}.sort(descending=True).values" if len(shape) == 1 else drawn
 
 
 def _batch(d: dict[str, Any]) -> int | None:
