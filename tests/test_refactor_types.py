@@ -336,10 +336,11 @@ def test_a_model_taking_lengths_gets_a_generated_test_that_passes(tmp_path: Path
     proc = trainmate("refactor", source, "-o", out, "--execute", "--no-docs")
     assert proc.returncode == 0, proc.stderr
     tests = (out / "tests" / "test_models.py").read_text()
-    assert "torch.randint(1, 50, (4, 10), dtype=torch.int64)" in tests  # the tokens' range
+    low = re.search(r"torch\.randint\((\d+), 50, \(4, 10\), dtype=torch\.int64\)", tests)
+    assert low is not None and int(low.group(1)) >= 1  # the tokens' recorded range
     assert "torch.randint(3, 11, (4,), dtype=torch.int64).sort(descending=True).values" in tests
     for _ in range(3):
         ran = generated_tests(cwd=out)
         assert ran.returncode == 0, ran.stdout[-3000:]
-        assert "2 passed" in ran.stdout.splitlines()[-1] or "passed" in ran.stdout
-        assert "failed" not in ran.stdout
+        assert re.search(r"\b(\d+) passed", ran.stdout) and "failed" not in ran.stdout
+        assert "skipped" not in ran.stdout
