@@ -9,150 +9,28 @@ from __future__ import annotations
 
 from .typeexpr import BOOL, DATAFRAME, FLOAT, INT, NDARRAY, NONE, STR, TENSOR, T, Ty
 
-_TORCH_TENSOR_FUNCTIONS = [
-    "randn",
-    "rand",
-    "randint",
-    "randn_like",
-    "rand_like",
-    "randint_like",
-    "zeros",
-    "ones",
-    "empty",
-    "full",
-    "zeros_like",
-    "ones_like",
-    "empty_like",
-    "full_like",
-    "arange",
-    "linspace",
-    "logspace",
-    "eye",
-    "tensor",
-    "as_tensor",
-    "from_numpy",
-    "cat",
-    "concat",
-    "concatenate",
-    "stack",
-    "hstack",
-    "vstack",
-    "matmul",
-    "mm",
-    "bmm",
-    "softmax",
-    "log_softmax",
-    "sigmoid",
-    "tanh",
-    "relu",
-    "exp",
-    "log",
-    "log1p",
-    "sqrt",
-    "rsqrt",
-    "abs",
-    "where",
-    "argmax",
-    "argmin",
-    "clamp",
-    "clip",
-    "flatten",
-    "reshape",
-    "transpose",
-    "permute",
-    "squeeze",
-    "unsqueeze",
-    "multinomial",
-    "randperm",
-    "tril",
-    "triu",
-    "einsum",
-    "outer",
-    "cdist",
-    "mean",
-    "sum",
-    "prod",
-    "cumsum",
-    "cumprod",
-    "sin",
-    "cos",
-    "pow",
-    "masked_fill",
-    "gather",
-    "scatter",
-    "bernoulli",
-    "normal",
-    "erf",
-    "sign",
-    "round",
-    "floor",
-    "ceil",
-    "isnan",
-    "isinf",
-    "isfinite",
-    "logical_and",
-    "logical_or",
-    "logical_not",
-    "bincount",
-    "unique_consecutive",
-    "diag",
-    "roll",
-    "flip",
-    "repeat_interleave",
-    "tile",
-    "broadcast_to",
-    "atan2",
-    "minimum",
-    "maximum",
-    "lerp",
-    "dropout",
-]
-_NUMPY_ARRAY_FUNCTIONS = [
-    "array",
-    "asarray",
-    "zeros",
-    "ones",
-    "empty",
-    "full",
-    "zeros_like",
-    "ones_like",
-    "full_like",
-    "arange",
-    "linspace",
-    "logspace",
-    "eye",
-    "concatenate",
-    "stack",
-    "vstack",
-    "hstack",
-    "column_stack",
-    "expand_dims",
-    "squeeze",
-    "reshape",
-    "transpose",
-    "clip",
-    "exp",
-    "log",
-    "sqrt",
-    "abs",
-    "argsort",
-    "sort",
-    "cumsum",
-    "diff",
-    "tile",
-    "repeat",
-    "meshgrid",
-    "where",
-]
-_NUMPY_RANDOM = ["rand", "randn", "permutation", "normal", "uniform", "standard_normal"]
-_PANDAS_READERS = [
-    "read_csv",
-    "read_json",
-    "read_parquet",
-    "read_excel",
-    "read_table",
-    "read_feather",
-]
+
+def words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_TORCH_TENSOR_FUNCTIONS = words(
+    """randn rand randint randn_like rand_like randint_like zeros ones empty full zeros_like
+    ones_like empty_like full_like arange linspace logspace eye tensor as_tensor from_numpy cat
+    concat concatenate stack hstack vstack matmul mm bmm softmax log_softmax sigmoid tanh relu
+    exp log log1p sqrt rsqrt abs where argmax argmin clamp clip flatten reshape transpose
+    permute squeeze unsqueeze multinomial randperm tril triu einsum outer cdist mean sum prod
+    cumsum cumprod sin cos pow masked_fill gather scatter bernoulli normal erf sign round floor
+    ceil isnan isinf isfinite logical_and logical_or logical_not bincount unique_consecutive
+    diag roll flip repeat_interleave tile broadcast_to atan2 minimum maximum lerp dropout"""
+)
+_NUMPY_ARRAY_FUNCTIONS = words(
+    """array asarray zeros ones empty full zeros_like ones_like full_like arange linspace logspace
+    eye concatenate stack vstack hstack column_stack expand_dims squeeze reshape transpose clip
+    exp log sqrt abs argsort sort cumsum diff tile repeat meshgrid where"""
+)
+_NUMPY_RANDOM = words("rand randn permutation normal uniform standard_normal")
+_PANDAS_READERS = words("read_csv read_json read_parquet read_excel read_table read_feather")
 
 KNOWN_CALLS: dict[str, Ty] = {
     **{f"torch.{n}": TENSOR for n in _TORCH_TENSOR_FUNCTIONS},
@@ -205,107 +83,15 @@ BUILTIN_CALLS: dict[str, Ty] = {
 }
 
 # methods of a tensor that give a tensor (the ones a training notebook calls)
-TENSOR_TO_TENSOR = frozenset(
-    [
-        "to",
-        "cuda",
-        "cpu",
-        "float",
-        "double",
-        "half",
-        "bfloat16",
-        "long",
-        "int",
-        "bool",
-        "byte",
-        "detach",
-        "clone",
-        "contiguous",
-        "view",
-        "view_as",
-        "reshape",
-        "reshape_as",
-        "flatten",
-        "unflatten",
-        "squeeze",
-        "unsqueeze",
-        "permute",
-        "transpose",
-        "t",
-        "expand",
-        "expand_as",
-        "repeat",
-        "mean",
-        "sum",
-        "prod",
-        "std",
-        "var",
-        "norm",
-        "abs",
-        "exp",
-        "log",
-        "sqrt",
-        "pow",
-        "sigmoid",
-        "tanh",
-        "relu",
-        "softmax",
-        "log_softmax",
-        "argmax",
-        "argmin",
-        "clamp",
-        "clamp_",
-        "clip",
-        "masked_fill",
-        "masked_fill_",
-        "fill_",
-        "zero_",
-        "add",
-        "add_",
-        "sub",
-        "sub_",
-        "mul",
-        "mul_",
-        "div",
-        "div_",
-        "matmul",
-        "mm",
-        "bmm",
-        "eq",
-        "ne",
-        "lt",
-        "le",
-        "gt",
-        "ge",
-        "type_as",
-        "new_zeros",
-        "new_ones",
-        "new_full",
-        "new_empty",
-        "new_tensor",
-        "flip",
-        "roll",
-        "gather",
-        "scatter",
-        "index_select",
-        "masked_select",
-        "cumsum",
-        "round",
-        "floor",
-        "ceil",
-        "sign",
-        "neg",
-        "float_",
-        "requires_grad_",
-        "pin_memory",
-        "numpy_",
-        "all",
-        "any",
-        "isnan",
-        "logical_not",
-        "nonzero",
-        "unique",
-    ]
+TENSOR_TO_TENSOR = words(
+    """to cuda cpu float double half bfloat16 long int bool byte detach clone contiguous view
+    view_as reshape reshape_as flatten unflatten squeeze unsqueeze permute transpose t expand
+    expand_as repeat mean sum prod std var norm abs exp log sqrt pow sigmoid tanh relu softmax
+    log_softmax argmax argmin clamp clamp_ clip masked_fill masked_fill_ fill_ zero_ add add_
+    sub sub_ mul mul_ div div_ matmul mm bmm eq ne lt le gt ge type_as new_zeros new_ones
+    new_full new_empty new_tensor flip roll gather scatter index_select masked_select cumsum
+    round floor ceil sign neg float_ requires_grad_ pin_memory numpy_ all any isnan logical_not
+    nonzero unique"""
 )
 TENSOR_METHODS: dict[str, Ty] = {
     "item": FLOAT,
@@ -337,88 +123,18 @@ TENSOR_ATTRIBUTES: dict[str, Ty] = {
 MODULE_SELF = frozenset({"to", "cuda", "cpu", "train", "eval", "float", "double", "half"})
 MODULE_METHODS: dict[str, Ty] = {"zero_grad": NONE}
 # torch.nn classes whose call gives one tensor
-NN_TENSOR_LAYERS = frozenset(
-    [
-        "Linear",
-        "Bilinear",
-        "Conv1d",
-        "Conv2d",
-        "Conv3d",
-        "ConvTranspose1d",
-        "ConvTranspose2d",
-        "ConvTranspose3d",
-        "BatchNorm1d",
-        "BatchNorm2d",
-        "BatchNorm3d",
-        "LayerNorm",
-        "GroupNorm",
-        "InstanceNorm1d",
-        "InstanceNorm2d",
-        "RMSNorm",
-        "Dropout",
-        "Dropout1d",
-        "Dropout2d",
-        "Dropout3d",
-        "AlphaDropout",
-        "ReLU",
-        "ReLU6",
-        "LeakyReLU",
-        "PReLU",
-        "ELU",
-        "SELU",
-        "CELU",
-        "GELU",
-        "SiLU",
-        "Mish",
-        "Sigmoid",
-        "Tanh",
-        "Softmax",
-        "LogSoftmax",
-        "Softplus",
-        "Hardtanh",
-        "Hardswish",
-        "Identity",
-        "Flatten",
-        "Unflatten",
-        "Embedding",
-        "EmbeddingBag",
-        "MaxPool1d",
-        "MaxPool2d",
-        "MaxPool3d",
-        "AvgPool1d",
-        "AvgPool2d",
-        "AvgPool3d",
-        "AdaptiveAvgPool1d",
-        "AdaptiveAvgPool2d",
-        "AdaptiveAvgPool3d",
-        "AdaptiveMaxPool2d",
-        "Upsample",
-        "PixelShuffle",
-        "ZeroPad2d",
-        "ConstantPad2d",
-        "ReflectionPad2d",
-        "TransformerEncoder",
-        "TransformerDecoder",
-        "Transformer",
-        "TransformerEncoderLayer",
-        "TransformerDecoderLayer",
-    ]
+NN_TENSOR_LAYERS = words(
+    """Linear Bilinear Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d
+    BatchNorm1d BatchNorm2d BatchNorm3d LayerNorm GroupNorm InstanceNorm1d InstanceNorm2d
+    RMSNorm Dropout Dropout1d Dropout2d Dropout3d AlphaDropout ReLU ReLU6 LeakyReLU PReLU ELU
+    SELU CELU GELU SiLU Mish Sigmoid Tanh Softmax LogSoftmax Softplus Hardtanh Hardswish
+    Identity Flatten Unflatten Embedding EmbeddingBag MaxPool1d MaxPool2d MaxPool3d AvgPool1d
+    AvgPool2d AvgPool3d AdaptiveAvgPool1d AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool2d
+    Upsample PixelShuffle ZeroPad2d ConstantPad2d ReflectionPad2d TransformerEncoder
+    TransformerDecoder Transformer TransformerEncoderLayer TransformerDecoderLayer"""
 )
-STR_TO_STR = frozenset(
-    [
-        "lower",
-        "upper",
-        "strip",
-        "lstrip",
-        "rstrip",
-        "replace",
-        "format",
-        "join",
-        "title",
-        "capitalize",
-        "casefold",
-        "zfill",
-    ]
+STR_TO_STR = words(
+    """lower upper strip lstrip rstrip replace format join title capitalize casefold zfill"""
 )
 STR_METHODS: dict[str, Ty] = {
     "split": T("list", STR),
@@ -432,27 +148,10 @@ STR_METHODS: dict[str, Ty] = {
     "count": INT,
     "encode": T("bytes"),
 }
-NDARRAY_TO_NDARRAY = frozenset(
-    ["astype", "reshape", "copy", "flatten", "ravel", "transpose", "squeeze", "clip"]
-)
-DATAFRAME_TO_DATAFRAME = frozenset(
-    [
-        "copy",
-        "dropna",
-        "fillna",
-        "drop",
-        "head",
-        "tail",
-        "sort_values",
-        "sort_index",
-        "reset_index",
-        "merge",
-        "sample",
-        "rename",
-        "query",
-        "assign",
-        "set_index",
-    ]
+NDARRAY_TO_NDARRAY = words("astype reshape copy flatten ravel transpose squeeze clip")
+DATAFRAME_TO_DATAFRAME = words(
+    """copy dropna fillna drop head tail sort_values sort_index reset_index merge sample rename
+    query assign set_index"""
 )
 
 

@@ -11,6 +11,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from . import known
+from .flow import all_args, binop, constant, item, numbers, own, terminates
 from .symbols import Function, FunctionNode, Module
 from .typeexpr import (
     BOOL,
@@ -54,7 +55,7 @@ class Scope:
         self.types: dict[str, Ty | None] = {}
         self.final = False
         self.extra: dict[str, Ty | None] = {}  # comprehension variables while one is typed
-        self.params = {a.arg for a in _all_args(fn.node)} if fn else set()
+        self.params = {a.arg for a in all_args(fn.node)} if fn else set()
         self.body: list[ast.stmt] = fn.node.body if fn else module.tree.body
         for statement in self.body:
             self._walk(statement)
@@ -126,9 +127,9 @@ class Scope:
         elif kind == "param" and self.fn is not None:
             ty = self.e.param_type(self.fn, name)
         elif kind == "aug" and isinstance(node, ast.AugAssign):
-            ty = self._binop(self.lookup(name), node.op, self.typeof(node.value))
+            ty = binop(self.lookup(name), node.op, self.typeof(node.value))
         for i in path:
-            ty = _item(ty, i)
+            ty = item(ty, i)
         return ty
 
     def solve(self) -> None:
@@ -146,7 +147,7 @@ class Scope:
                     continue
                 new = found[0] if all(f == found[0] for f in found) else None
                 if new is None and all(f is not None for f in found):
-                    new = _numbers(found)
+                    new = numbers(found)
                 if name not in self.types or self.types[name] != new:
                     self.types[name] = new
                     changed = True
@@ -196,7 +197,7 @@ class Scope:
         if node is None:
             return None
         if isinstance(node, ast.Constant):
-            return _constant(node.value)
+            return constant(node.value)
         if isinstance(node, ast.JoinedStr):
             return STR
         if isinstance(node, ast.Name):
@@ -206,7 +207,7 @@ class Scope:
         if isinstance(node, ast.Call):
             return self.e.call_type(self, node)
         if isinstance(node, ast.BinOp):
-            return self._binop(self.typeof(node.left), node.op, self.typeof(node.right))
+            return binop(self.typeof(node.left), node.op, self.typeof(node.right))
         if isinstance(node, ast.UnaryOp):
             return BOOL if isinstance(node.op, ast.Not) else self.typeof(node.operand)
         if isinstance(node, ast.Compare):
@@ -298,7 +299,7 @@ class Scope:
             if len(value.args) == 2 and value.args[1].name == ELLIPSIS:
                 return value if isinstance(index, ast.Slice) else value.args[0]
             if isinstance(index, ast.Constant) and isinstance(index.value, int):
-                return _item(value, index.value)
+                return item(value, index.value)
             return None
         if value.name == "list" and value.args:
             return value if isinstance(index, ast.Slice) else value.args[0]
@@ -308,100 +309,18 @@ class Scope:
             return STR if value == STR else INT
         return None
 
-    def _binop(self, left: Ty | None, op: ast.operator, right: Ty | None) -> Ty | None:
-        if left is None or right is None:
-            return None
-        sides = {left, right}
-        numbers = {INT, FLOAT, BOOL}
-        if TENSOR in sides and sides <= {TENSOR, *numbers}:
-            return TENSOR
-        if NDARRAY in sides and sides <= {NDARRAY, *numbers}:
-            return NDARRAY
-        if sides <= numbers:
-            if isinstance(op, ast.Div) or FLOAT in sides:
-                return FLOAT
-            return INT if not isinstance(op, ast.Pow) else None
-        if left == STR and (isinstance(op, ast.Mod) or (isinstance(op, ast.Add) and right == STR)):
-            return STR
-        if left == right and left.name == "list" and isinstance(op, ast.Add):
-            return left
-        return None
-
     # -- results -------------------------------------------------------------------------------
 
     def return_type(self) -> Ty | None:
         assert self.fn is not None
         node = self.fn.node
-        own = _own(node, (ast.Return, ast.Yield, ast.YieldFrom, ast.Await))
-        if any(isinstance(n, ast.Yield | ast.YieldFrom) for n in own):
+        mine = own(node, (ast.Return, ast.Yield, ast.YieldFrom, ast.Await))
+        if any(isinstance(n, ast.Yield | ast.YieldFrom) for n in mine):
             return None
-        returns = [n for n in own if isinstance(n, ast.Return)]
+        returns = [n for n in mine if isinstance(n, ast.Return)]
         if not any(r.value is not None for r in returns):
             return NONE
         found = [self.typeof(r.value) if r.value is not None else NONE for r in returns]
-        if not _terminates(node.body):
+        if not terminates(node.body):
             found.append(NONE)
         return join(found, self.e.pkg.ancestors)
-
-
-def _all_args(fn: FunctionNode) -> list[ast.arg]:
-    a = fn.args
-    rest = [x for x in (a.vararg, a.kwarg) if x is not None]
-    return [*a.posonlyargs, *a.args, *a.kwonlyargs, *rest]
-
-
-def _constant(value: object) -> Ty | None:
-    if value is None:
-        return NONE
-    for kind in (bool, int, float, str, bytes, complex):
-        if type(value) is kind:
-            return T(kind.__name__)
-    return None
-
-
-def _numbers(found: list[Ty | None]) -> Ty | None:
-    return FLOAT if set(found) == {INT, FLOAT} else None
-
-
-def _item(ty: Ty | None, i: int) -> Ty | None:
-    if ty is None or ty.name != "tuple":
-        return None
-    if len(ty.args) == 2 and ty.args[1].name == ELLIPSIS:
-        return ty.args[0]
-    return ty.args[i] if -len(ty.args) <= i < len(ty.args) else None
-
-
-def _own(fn: FunctionNode, kinds: tuple[type[ast.AST], ...]) -> list[ast.AST]:
-    """Nodes of `kinds` in `fn` itself, not in functions, classes or lambdas nested in it."""
-    found: list[ast.AST] = []
-    todo: list[ast.AST] = list(fn.body)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, FunctionNode | ast.ClassDef | ast.Lambda):
-            continue
-        if isinstance(node, kinds):
-            found.append(node)
-        todo.extend(ast.iter_child_nodes(node))
-    return found
-
-
-def _terminates(body: list[ast.stmt]) -> bool:
-    """The block never runs off its end (it returns or raises on every path we can see)."""
-    if not body:
-        return False
-    last = body[-1]
-    if isinstance(last, ast.Return | ast.Raise):
-        return True
-    if isinstance(last, ast.If):
-        return _terminates(last.body) and _terminates(last.orelse)
-    if isinstance(last, ast.While):
-        return (
-            isinstance(last.test, ast.Constant)
-            and bool(last.test.value)
-            and not any(isinstance(n, ast.Break) for n in ast.walk(last))
-        )
-    if isinstance(last, ast.With | ast.AsyncWith):
-        return _terminates(last.body)
-    if isinstance(last, ast.Try):
-        return _terminates(last.body) and all(_terminates(h.body) for h in last.handlers)
-    return False
