@@ -44,12 +44,13 @@ class Engine:
         self.attrs: dict[str, dict[str, Ty | None]] = {}
         self.calls: dict[str, dict[str, list[Ty | None]]] = {}
         self.poisoned: set[str] = set()
+        self.uses: dict[str, dict[str, list[Ty]]] = {}  # parameters passed straight to `USES`
         self.module_scopes: dict[str, Scope] = {}
         self.recording = False
 
     def run(self) -> Inferred:
         for _ in range(ROUNDS):
-            self.calls, self.poisoned = {}, set()
+            self.calls, self.poisoned, self.uses = {}, set(), {}
             self.module_scopes = {}
             for name in sorted(self.pkg.modules, key=lambda n: n != "config"):
                 scope = Scope(self, self.pkg.modules[name], None)
@@ -224,6 +225,7 @@ class Engine:
                 if name and scope.resolve(name) == "jupyter_trainmate.train" and node.args:
                     callees.add(id(node.args[0]))
                 scope.typeof(node)
+                self._uses(scope, node, scope.resolve(name) if name else None)
         for node in _own_nodes(scope.body):
             if isinstance(node, ast.Name | ast.Attribute) and id(node) not in callees:
                 name = dotted_name(node)
@@ -238,6 +240,21 @@ class Engine:
                 if receiver is not None and receiver.name in self.pkg.classes:
                     method = self.pkg.method(receiver.name, node.attr)
                     self.poisoned |= {method.key} if method else set()
+
+    def _uses(self, scope: Scope, call: ast.Call, path: str | None) -> None:
+        """A parameter passed as it is to `nn.Linear(...)`, `range(...)`: it has to be an int."""
+        if scope.fn is None or path not in known.USES:
+            return
+        names, ty = known.USES[path]
+        given = list(zip(names, call.args, strict=False))
+        given += [(k.arg, k.value) for k in call.keywords if k.arg in names]
+        for _, value in given:
+            if (
+                isinstance(value, ast.Name)
+                and value.id in scope.params
+                and value.id not in scope.bindings
+            ):
+                self.uses.setdefault(scope.fn.key, {}).setdefault(value.id, []).append(ty)
 
     def _attributes(self, scopes: dict[str, Scope]) -> dict[str, dict[str, Ty | None]]:
         found: dict[str, dict[str, list[Ty | None]]] = {}
@@ -266,6 +283,9 @@ class Engine:
             if default is not None:
                 found.append(scope.typeof(default))
             ty = join(found, self.pkg.ancestors) if found else None
+            used = self.uses.get(fn.key, {}).get(arg.arg)
+            if ty is None and used and (default is None or scope.typeof(default) is not None):
+                ty = join([*used, *([scope.typeof(default)] if default is not None else [])])
             if ty is None and method == "forward" and "torch.nn.Module" in bases:
                 known_other = [t for t in seen.get(arg.arg, []) if t is not None and t != TENSOR]
                 ty = TENSOR if default is None and not known_other else None

@@ -216,3 +216,19 @@ def nn_call(name: str) -> Ty | None:
     if name == "torch.nn.Sequential":
         return TENSOR
     return None
+
+
+# what a parameter must be when a function passes it straight to one of these (by position, and
+# by keyword): `nn.Linear(n_in, n_out)` makes `n_in` and `n_out` ints whoever the caller is
+_DIMS = ("in_features", "out_features")
+_CHANNELS = ("in_channels", "out_channels")
+_RNN = ("input_size", "hidden_size", "num_layers")
+USES: dict[str, tuple[tuple[str, ...], Ty]] = {
+    "torch.nn.Linear": (_DIMS, INT),
+    **{f"torch.nn.{k}": (_CHANNELS, INT) for k in words("Conv1d Conv2d Conv3d ConvTranspose2d")},
+    "torch.nn.Embedding": (("num_embeddings", "embedding_dim"), INT),
+    **{f"torch.nn.{k}": (_RNN, INT) for k in ("LSTM", "GRU", "RNN")},
+    **{f"torch.nn.{k}": (("num_features",), INT) for k in words("BatchNorm1d BatchNorm2d")},
+    "torch.nn.Dropout": (("p",), FLOAT),
+    "builtins.range": (("start", "stop", "step"), INT),
+}

@@ -96,6 +96,27 @@ def test_arguments_of_sibling_classes_join_to_their_common_base() -> None:
     assert "def scale(x: int, factor: float) -> float:" in out
 
 
+def test_a_parameter_passed_straight_to_a_layer_has_the_type_the_layer_needs() -> None:
+    out = typed(
+        model="""
+        from torch import nn
+
+        class MLP(nn.Module):
+            def __init__(self, n_in, n_out, p, steps):
+                super().__init__()
+                self.fc = nn.Linear(n_in, n_out)
+                self.drop = nn.Dropout(p=p)
+                for _ in range(steps):
+                    pass
+
+        def run(env):
+            MLP(env.n_in, env.n_out, env.p, env.steps)
+        """
+    )["model"]
+    assert "def __init__(self, n_in: int, n_out: int, p: float, steps: int) -> None:" in out
+    assert "def run(env) -> None:" in out  # an environment of unknown type stays unannotated
+
+
 def test_returns_come_from_what_is_returned_and_known_library_calls() -> None:
     out = typed(
         data="""
