@@ -50,6 +50,7 @@ class Scope:
         self.fn = fn
         self.bindings: dict[str, list[Source]] = {}
         self.attr_values: dict[str, list[ast.expr]] = {}  # self.<attr> = value
+        self.appended: dict[str, list[ast.expr]] = {}  # name.append(value): items of `name = []`
         self.globals: set[str] = set()
         self.hidden: set[str] = set()  # local imports, nested functions and classes
         self.types: dict[str, Ty | None] = {}
@@ -88,6 +89,14 @@ class Scope:
             self.bindings.setdefault(node.name, []).append(("unknown", node, ()))
         elif isinstance(node, ast.Import | ast.ImportFrom) and self.fn is not None:
             self.hidden |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.attr == "append"
+            and len(node.args) == 1
+        ):
+            self.appended.setdefault(node.func.value.id, []).append(node.args[0])
         elif isinstance(node, ast.Global | ast.Nonlocal):
             self.globals |= set(node.names)
         elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
@@ -118,7 +127,11 @@ class Scope:
     def _source_type(self, name: str, source: Source) -> Ty | None:
         kind, node, path = source
         ty: Ty | None = None
-        if kind == "value" and isinstance(node, ast.expr):
+        if kind == "value" and isinstance(node, ast.List) and not node.elts and not path:
+            items = [self.typeof(v) for v in self.appended.get(name, [])]  # `xs = []; xs.append(1)`
+            inner = join(items, self.e.pkg.ancestors) if items else None
+            ty = T("list", inner) if inner is not None and inner != NONE else None
+        elif kind == "value" and isinstance(node, ast.expr):
             ty = self.typeof(node)
         elif kind == "iter" and isinstance(node, ast.expr):
             ty = self.item_type(node)

@@ -136,6 +136,12 @@ def test_returns_come_from_what_is_returned_and_known_library_calls() -> None:
         def size(xs):
             return len(xs)
 
+        def history(n):
+            losses = []
+            for _ in range(n):
+                losses.append(torch.ones(()).item())
+            return losses
+
         def loss_value(loss):
             return loss.item()
 
@@ -152,6 +158,7 @@ def test_returns_come_from_what_is_returned_and_known_library_calls() -> None:
             make(4)
             frame("a.csv")
             size([1, 2])
+            history(3)
             loss_value(torch.ones(()).sum())
             label(3)
             maybe(2)
@@ -161,6 +168,7 @@ def test_returns_come_from_what_is_returned_and_known_library_calls() -> None:
     assert "def frame(path: str) -> DataFrame:" in out
     assert "def arr() -> ndarray:" in out
     assert "def size(xs: list[int]) -> int:" in out
+    assert "def history(n: int) -> list[float]:" in out  # the items appended to `[]`
     assert "def loss_value(loss: Tensor) -> float:" in out
     assert "def label(i: int) -> str:" in out
     assert "def maybe(i: int) -> float | None:" in out
