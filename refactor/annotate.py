@@ -12,6 +12,7 @@ removed, and a function whose own code fails gets `@no_type_check` (the report s
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,8 +126,9 @@ class SetAnnotations(ByQualname):
         return updated_node.with_changes(params=params, returns=returns)
 
 
+@functools.lru_cache(maxsize=1024)
 def _annotation(text: str) -> cst.Annotation:
-    return cst.Annotation(cst.parse_expression(text))
+    return cst.Annotation(cst.parse_expression(text))  # the same few types, over and over
 
 
 class ShapeDocs(ByQualname):
@@ -233,14 +235,13 @@ def coverage(files: dict[str, str], package: str) -> Coverage:
     for path, code in files.items():
         if not path.startswith(f"{package}/") or not path.endswith(".py"):
             continue
-        for fn in m.findall(cst.parse_module(code), m.FunctionDef()):
-            assert isinstance(fn, cst.FunctionDef)
-            params = [*fn.params.posonly_params, *fn.params.params, *fn.params.kwonly_params]
-            for param in params:
-                if param.name.value in ("self", "cls"):
-                    continue
-                total += 1
-                annotated += param.annotation is not None
-            total += 1
-            annotated += fn.returns is not None
+        for fn in ast.walk(ast.parse(code)):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            a = fn.args
+            params = [
+                p for p in (*a.posonlyargs, *a.args, *a.kwonlyargs) if p.arg not in ("self", "cls")
+            ]
+            total += len(params) + 1
+            annotated += sum(p.annotation is not None for p in params) + (fn.returns is not None)
     return Coverage(annotated, total)

@@ -49,17 +49,19 @@ class Engine:
         self.recording = False
 
     def run(self) -> Inferred:
+        order = sorted(self.pkg.modules, key=lambda n: n != "config")
+        self.module_scopes = {n: Scope(self, self.pkg.modules[n], None) for n in order}
+        for scope in self.module_scopes.values():
+            scope.solve()
+        scopes = {
+            fn.key: Scope(self, self.pkg.modules[fn.module], fn)
+            for fn in self.pkg.functions.values()
+        }
         for _ in range(ROUNDS):
             self.calls, self.poisoned, self.uses = {}, set(), {}
-            self.module_scopes = {}
-            for name in sorted(self.pkg.modules, key=lambda n: n != "config"):
-                scope = Scope(self, self.pkg.modules[name], None)
-                self.module_scopes[name] = scope
+            for scope in scopes.values():
+                scope.reset()
                 scope.solve()
-            scopes = {}
-            for fn in self.pkg.functions.values():
-                scopes[fn.key] = Scope(self, self.pkg.modules[fn.module], fn)
-                scopes[fn.key].solve()
             returns = {key: scope.return_type() for key, scope in scopes.items()}
             attrs = self._attributes(scopes)
             self.recording = True
@@ -218,7 +220,7 @@ class Engine:
     def _collect(self, scope: Scope) -> None:
         """Record every call into the package in `scope`; a function used as a value is poisoned."""
         callees: set[int] = set()
-        for node in _own_nodes(scope.body):
+        for node in scope.nodes:
             if isinstance(node, ast.Call):
                 callees.add(id(node.func))
                 name = dotted_name(node.func)
@@ -226,7 +228,7 @@ class Engine:
                     callees.add(id(node.args[0]))
                 scope.typeof(node)
                 self._uses(scope, node, scope.resolve(name) if name else None)
-        for node in _own_nodes(scope.body):
+        for node in scope.nodes:
             if isinstance(node, ast.Name | ast.Attribute) and id(node) not in callees:
                 name = dotted_name(node)
                 path = scope.resolve(name) if name else None
@@ -293,20 +295,6 @@ class Engine:
                 ty = ty or INT
             types[arg.arg] = None if ty == NONE else ty
         return types
-
-
-def _own_nodes(body: list[ast.stmt]) -> list[ast.AST]:
-    """Every node of `body`, not inside nested functions or classes (lambdas included)."""
-    found: list[ast.AST] = []
-    todo: list[ast.AST] = list(body)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            todo += node.decorator_list
-            continue
-        found.append(node)
-        todo.extend(ast.iter_child_nodes(node))
-    return found
 
 
 def infer(pkg: Package, seeds: dict[str, Ty] | None = None) -> Inferred:

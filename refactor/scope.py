@@ -55,6 +55,9 @@ class Scope:
         self.hidden: set[str] = set()  # local imports, nested functions and classes
         self.types: dict[str, Ty | None] = {}
         self.final = False
+        self.memo: dict[int, Ty | None] = {}  # expression -> type, once solved (while recording)
+        self._nodes: list[ast.AST] | None = None
+        self._returns: list[ast.AST] | None = None
         self.extra: dict[str, Ty | None] = {}  # comprehension variables while one is typed
         self.params = {a.arg for a in all_args(fn.node)} if fn else set()
         self.body: list[ast.stmt] = fn.node.body if fn else module.tree.body
@@ -145,6 +148,26 @@ class Scope:
             ty = item(ty, i)
         return ty
 
+    def reset(self) -> None:
+        """Forget the types of the last round (the parameters' may have changed)."""
+        self.types, self.final, self.memo = {}, False, {}
+
+    @property
+    def nodes(self) -> list[ast.AST]:
+        """Every node of the body, not inside nested functions or classes (lambdas included)."""
+        if self._nodes is None:
+            found: list[ast.AST] = []
+            todo: list[ast.AST] = list(self.body)
+            while todo:
+                node = todo.pop()
+                if isinstance(node, FunctionNode | ast.ClassDef):
+                    todo += node.decorator_list
+                    continue
+                found.append(node)
+                todo.extend(ast.iter_child_nodes(node))
+            self._nodes = found
+        return self._nodes
+
     def solve(self) -> None:
         for _ in range(6):
             changed = False
@@ -209,6 +232,14 @@ class Scope:
     def typeof(self, node: ast.expr | None) -> Ty | None:
         if node is None:
             return None
+        if not (self.final and self.e.recording) or self.extra:
+            return self._typeof(node)
+        key = id(node)
+        if key not in self.memo:
+            self.memo[key] = self._typeof(node)
+        return self.memo[key]
+
+    def _typeof(self, node: ast.expr) -> Ty | None:
         if isinstance(node, ast.Constant):
             return constant(node.value)
         if isinstance(node, ast.JoinedStr):
@@ -327,7 +358,9 @@ class Scope:
     def return_type(self) -> Ty | None:
         assert self.fn is not None
         node = self.fn.node
-        mine = own(node, (ast.Return, ast.Yield, ast.YieldFrom, ast.Await))
+        if self._returns is None:
+            self._returns = own(node, (ast.Return, ast.Yield, ast.YieldFrom))
+        mine = self._returns
         if any(isinstance(n, ast.Yield | ast.YieldFrom) for n in mine):
             return None
         returns = [n for n in mine if isinstance(n, ast.Return)]
