@@ -225,7 +225,11 @@ def annotate(
     sigs = signatures(pkg, trace, globals_seen)
     shapes = recorded(pkg, trace).shapes if trace else {}
     written = apply(files, package, pkg, sigs, shapes)
-    checked = check(written, package, sigs) if typecheck else Checked(written, "not run")
+    checked = (
+        check(written, package, sigs)
+        if typecheck
+        else Checked(written, "not run (--no-typecheck): the inferred annotations are not checked")
+    )
     return Annotated(checked.files, coverage(checked.files, package), checked)
 
 

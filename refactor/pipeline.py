@@ -43,6 +43,7 @@ def refactor(
     dry_run: bool = False,
     skip_bad_cells: bool = False,
     docs: bool = True,
+    typecheck: bool = True,
     execute: bool = False,
     timeout: int = 600,
     check_equivalence: bool = False,
@@ -83,7 +84,7 @@ def refactor(
         pkg,
         trace.calls if trace is not None else None,
         trace.globals if trace is not None else None,
-        typecheck=not dry_run,
+        typecheck=typecheck and not dry_run,
     )
     emitted.files = {**emitted.types.files, **tests.files}
     emitted.tests = tests
