@@ -27,6 +27,10 @@ from .symbols import Function, Package
 from .typeexpr import INT, NONE, TENSOR, T, Ty, dotted_name, join, parse_annotation
 
 ROUNDS = 6
+# calls that do not call what they are given (`super(Net, self)`, `isinstance(x, Net)`)
+HARMLESS = frozenset(
+    f"builtins.{n}" for n in ("super", "isinstance", "issubclass", "type", "print", "repr", "str")
+)
 
 
 @dataclass(frozen=True)
@@ -218,30 +222,41 @@ class Engine:
             seen.setdefault(str(keyword.arg), []).append(scope.typeof(keyword.value))
 
     def _collect(self, scope: Scope) -> None:
-        """Record every call into the package in `scope`; a function used as a value is poisoned."""
-        callees: set[int] = set()
+        """Record every call into the package in `scope`; a function that escapes (passed on,
+        stored, returned, decorating) is poisoned: it may be called from code we cannot see."""
+        escapes: set[int] = set()
         for node in scope.nodes:
             if isinstance(node, ast.Call):
-                callees.add(id(node.func))
                 name = dotted_name(node.func)
-                if name and scope.resolve(name) == "jupyter_trainmate.train" and node.args:
-                    callees.add(id(node.args[0]))
-                scope.typeof(node)
-                self._uses(scope, node, scope.resolve(name) if name else None)
-        for node in scope.nodes:
-            if isinstance(node, ast.Name | ast.Attribute) and id(node) not in callees:
-                name = dotted_name(node)
                 path = scope.resolve(name) if name else None
-                if path in self.pkg.functions:
-                    self.poisoned.add(path)
-                elif path in self.pkg.classes:
-                    init = self.pkg.method(path, "__init__")
-                    self.poisoned |= {init.key} if init else set()
-            if isinstance(node, ast.Attribute) and id(node) not in callees:
-                receiver = scope.typeof(node.value) if isinstance(node.value, ast.Name) else None
+                if path not in HARMLESS:
+                    values = node.args[1:] if path == "jupyter_trainmate.train" else node.args
+                    escapes |= {id(v) for v in [*values, *(k.value for k in node.keywords)]}
+                scope.typeof(node)
+                self._uses(scope, node, path)
+            elif isinstance(node, ast.Assign | ast.AnnAssign | ast.Return | ast.Yield):
+                escapes.add(id(node.value))
+            elif isinstance(node, ast.Tuple | ast.List | ast.Set):
+                escapes |= {id(e) for e in node.elts}
+            elif isinstance(node, ast.Dict):
+                escapes |= {id(v) for v in node.values}
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                escapes |= {id(d) for d in node.decorator_list}
+        for node in scope.nodes:
+            if id(node) not in escapes or not isinstance(node, ast.Name | ast.Attribute):
+                continue
+            name = dotted_name(node)
+            path = scope.resolve(name) if name else None
+            if path in self.pkg.classes:
+                init = self.pkg.method(path, "__init__")
+                path = init.key if init else None
+            elif path not in self.pkg.functions and isinstance(node, ast.Attribute):
+                receiver = scope.typeof(node.value)  # `self.step` handed on
                 if receiver is not None and receiver.name in self.pkg.classes:
                     method = self.pkg.method(receiver.name, node.attr)
-                    self.poisoned |= {method.key} if method else set()
+                    path = method.key if method else None
+            if path in self.pkg.functions:
+                self.poisoned.add(path)
 
     def _uses(self, scope: Scope, call: ast.Call, path: str | None) -> None:
         """A parameter passed as it is to `nn.Linear(...)`, `range(...)`: it has to be an int."""

@@ -47,6 +47,10 @@ def test_a_constructed_object_flows_into_the_functions_it_is_passed_to() -> None
             def forward(self, x):
                 return x
 
+        class Head(nn.Module):
+            def __init__(self, k):
+                super(Head, self).__init__()  # naming the class is not handing it on
+
         def fit(model, loader, opt, epochs):
             pass
 
@@ -55,8 +59,10 @@ def test_a_constructed_object_flows_into_the_functions_it_is_passed_to() -> None
             loader = DataLoader([1, 2], batch_size=2)
             opt = torch.optim.Adam(model.parameters())
             fit(model, loader, opt, epochs=3)
+            Head(3)
         """
     )["model"]
+    assert "def __init__(self, k: int) -> None:" in out
     assert "def fit(model: Net, loader: DataLoader, opt: Adam, epochs: int) -> None:" in out
     assert "from torch.optim import Adam" in out  # only for the type checker:
     assert re.search(r"if TYPE_CHECKING:\n(    .*\n)*    from torch.optim import Adam", out)
