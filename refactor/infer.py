@@ -66,7 +66,7 @@ class Engine:
             for scope in scopes.values():
                 scope.reset()
                 scope.solve()
-            returns = {key: scope.return_type() for key, scope in scopes.items()}
+            returns = {key: self._declared(key) or s.return_type() for key, s in scopes.items()}
             attrs = self._attributes(scopes)
             self.recording = True
             for scope in [*self.module_scopes.values(), *scopes.values()]:
@@ -98,6 +98,11 @@ class Engine:
             where, _, attr = target[1:].rpartition(".")
             return self.global_type(where, attr, depth + 1)
         return None
+
+    def _declared(self, key: str) -> Ty | None:
+        """The return type a function was written with (`-> torch.device`), when readable."""
+        fn = self.pkg.functions[key]
+        return parse_annotation(fn.node.returns, self.pkg.modules[fn.module].resolve)
 
     def param_type(self, fn: Function, name: str) -> Ty | None:
         node = next((a for a in fn.node.args.args + fn.node.args.posonlyargs), None)

@@ -236,6 +236,12 @@ def test_section_functions_and_run_are_typed_generically_across_modules() -> Non
         def build_model(width):
             return nn.Linear(4, width)
 
+        def sizes(config: Config) -> tuple[int, int]:
+            return config.n, 2 * config.n
+
+        def report(n_train):
+            print(n_train)
+
         def step(model, x, y, *, lr=LR):
             out = model(x)
             return nn.functional.cross_entropy(out, y)
@@ -246,6 +252,8 @@ def test_section_functions_and_run_are_typed_generically_across_modules() -> Non
         def run(config: Config) -> dict[str, object]:
             x, y = load_data(config)
             model = build_model(2)
+            n_train, n_valid = sizes(config)
+            report(n_train)
             loss = step(model, x, y, lr=config.lr)
             out = jupyter_trainmate.train(train_cell_9, "--epochs 1", model=model, x=x)
             return {"loss": loss, "out": out}
@@ -254,6 +262,7 @@ def test_section_functions_and_run_are_typed_generically_across_modules() -> Non
     assert "def load_data(config: Config) -> tuple[Tensor, Tensor]:" in out["data"]
     train = out["train"]
     assert "def build_model(width: int) -> Linear:" in train
+    assert "def report(n_train: int) -> None:" in train  # through a written return type
     assert "def step(model: Linear, x: Tensor, y: Tensor, *, lr: float = LR) -> Tensor:" in train
     assert "def train_cell_9(*, model: Linear, x: Tensor) -> Tensor:" in train
 
