@@ -210,7 +210,7 @@ class Renderer:
         if full.startswith("."):  # a class of the package
             if head == f".{self.module}":
                 return last
-            if last in self.taken:  # the name is a variable here too: import it under another
+            if last in self.taken or last in self.bound:  # the name means something else here
                 self.imports.add(f"from {head} import {last} as {last}_")
                 self.bound[f"{last}_"] = full
                 return f"{last}_"
