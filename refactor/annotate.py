@@ -239,7 +239,11 @@ def coverage(files: dict[str, str], package: str) -> Coverage:
     for path, code in files.items():
         if not path.startswith(f"{package}/") or not path.endswith(".py"):
             continue
-        for fn in ast.walk(ast.parse(code)):
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue  # an earlier step's problem, reported by the ruff gate
+        for fn in ast.walk(tree):
             if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
             a = fn.args

@@ -77,7 +77,10 @@ def run_mypy(folder: Path, package: str) -> list[_Error] | str:
 def _functions(code: str) -> list[tuple[str, int, int, ast.FunctionDef | ast.AsyncFunctionDef]]:
     """(qualname, first line, last line, node) of the module's functions and methods."""
     found = []
-    tree = ast.parse(code)
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
     for node in tree.body:
         members = [(node, "")] if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else []
         if isinstance(node, ast.ClassDef):

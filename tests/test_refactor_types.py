@@ -102,6 +102,14 @@ def test_arguments_of_sibling_classes_join_to_their_common_base() -> None:
     assert "def scale(x: int, factor: float) -> float:" in out
 
 
+def test_a_module_that_does_not_parse_is_left_to_the_gate_and_the_rest_is_typed() -> None:
+    files = {"pkg/bad.py": "x = (1\n", "pkg/good.py": HEADER + "def f():\n    return 1\n"}
+    result = annotate(files, "pkg", typecheck=False)
+    assert result.files["pkg/bad.py"] == "x = (1\n"
+    assert "def f() -> int:" in result.files["pkg/good.py"]
+    assert result.coverage.total == 1
+
+
 def test_a_parameter_passed_straight_to_a_layer_has_the_type_the_layer_needs() -> None:
     out = typed(
         model="""
