@@ -18,16 +18,17 @@ _TORCH_TENSOR_FUNCTIONS = words(
     """randn rand randint randn_like rand_like randint_like zeros ones empty full zeros_like
     ones_like empty_like full_like arange linspace logspace eye tensor as_tensor from_numpy cat
     concat concatenate stack hstack vstack matmul mm bmm softmax log_softmax sigmoid tanh relu
-    exp log log1p sqrt rsqrt abs where argmax argmin clamp clip flatten reshape transpose
+    exp log log1p sqrt rsqrt abs argmax argmin clamp clip flatten reshape transpose
     permute squeeze unsqueeze multinomial randperm tril triu einsum outer cdist mean sum prod
     cumsum cumprod sin cos pow masked_fill gather scatter bernoulli normal erf sign round floor
-    ceil isnan isinf isfinite logical_and logical_or logical_not bincount unique_consecutive
+    ceil isnan isinf isfinite logical_and logical_or logical_not bincount
     diag roll flip repeat_interleave tile broadcast_to atan2 minimum maximum lerp dropout"""
 )
+# constructors and joins: an array whatever they are given (ufuncs such as np.log give a scalar
+# for a scalar, so they are not here)
 _NUMPY_ARRAY_FUNCTIONS = words(
     """array asarray zeros ones empty full zeros_like ones_like full_like arange linspace logspace
-    eye concatenate stack vstack hstack column_stack expand_dims squeeze reshape transpose clip
-    exp log sqrt abs argsort sort cumsum diff tile repeat meshgrid where"""
+    eye concatenate stack vstack hstack column_stack expand_dims"""
 )
 _NUMPY_RANDOM = words("rand randn permutation normal uniform standard_normal")
 _PANDAS_READERS = words("read_csv read_json read_parquet read_excel read_table read_feather")
@@ -93,8 +94,8 @@ TENSOR_TO_TENSOR = words(
     log_softmax argmax argmin clamp clamp_ clip masked_fill masked_fill_ fill_ zero_ add add_
     sub sub_ mul mul_ div div_ matmul mm bmm eq ne lt le gt ge type_as new_zeros new_ones
     new_full new_empty new_tensor flip roll gather scatter index_select masked_select cumsum
-    round floor ceil sign neg float_ requires_grad_ pin_memory numpy_ all any isnan logical_not
-    nonzero unique"""
+    round floor ceil sign neg requires_grad_ pin_memory all any isnan logical_not
+   """
 )
 TENSOR_METHODS: dict[str, Ty] = {
     "item": FLOAT,
@@ -181,7 +182,7 @@ def method_type(receiver: Ty, method: str, has_args: bool) -> Ty | None:
             return TENSOR
         if method == "size":
             return INT if has_args else T("torch.Size")
-        if method in ("max", "min", "sort", "topk", "median") and not has_args:
+        if method in ("max", "min", "median") and not has_args:  # with a dim: (values, indices)
             return TENSOR
         return TENSOR_METHODS.get(method)
     if receiver == STR:
