@@ -94,8 +94,7 @@ TENSOR_TO_TENSOR = words(
     log_softmax argmax argmin clamp clamp_ clip masked_fill masked_fill_ fill_ zero_ add add_
     sub sub_ mul mul_ div div_ matmul mm bmm eq ne lt le gt ge type_as new_zeros new_ones
     new_full new_empty new_tensor flip roll gather scatter index_select masked_select cumsum
-    round floor ceil sign neg requires_grad_ pin_memory all any isnan logical_not
-   """
+    round floor ceil sign neg requires_grad_ pin_memory all any isnan logical_not"""
 )
 TENSOR_METHODS: dict[str, Ty] = {
     "item": FLOAT,
