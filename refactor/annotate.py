@@ -163,8 +163,11 @@ class ShapeDocs(ByQualname):
         return updated_node.with_changes(body=body.with_changes(body=[doc, *body.body]))
 
 
-def add_imports(tree: cst.Module, lines: set[str], guarded: bool = True) -> cst.Module:
-    """`lines` after the module's last top-level import, under `if TYPE_CHECKING:` if guarded."""
+def add_imports(
+    tree: cst.Module, lines: set[str], guarded: bool = True, have_flag: bool = False
+) -> cst.Module:
+    """`lines` after the module's last top-level import, under `if TYPE_CHECKING:` if guarded
+    (`have_flag`: the module imports `TYPE_CHECKING` already)."""
     if not lines:
         return tree
     last = max(
@@ -176,9 +179,8 @@ def add_imports(tree: cst.Module, lines: set[str], guarded: bool = True) -> cst.
         default=-1,
     )
     if guarded:
-        text = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n" + "".join(
-            f"    {line}\n" for line in sorted(lines)
-        )
+        flag = "" if have_flag else "from typing import TYPE_CHECKING\n\n"
+        text = flag + "if TYPE_CHECKING:\n" + "".join(f"    {line}\n" for line in sorted(lines))
     else:
         text = "".join(f"{line}\n" for line in sorted(lines))
     block = list(cst.parse_module(text).body)
@@ -204,11 +206,7 @@ def apply(
         tree = cst.parse_module(files[path]).visit(SetAnnotations(mine, render))
         if docs:
             tree = tree.visit(ShapeDocs(docs))
-        imports = set(render.imports)
-        if imports and "TYPE_CHECKING" not in module.bound:
-            tree = add_imports(tree, imports)
-        elif imports:
-            tree = add_imports(tree, imports, guarded=False)
+        tree = add_imports(tree, render.imports, have_flag="TYPE_CHECKING" in module.bound)
         out[path] = tree.code
     return out
 

@@ -110,6 +110,25 @@ def test_a_module_that_does_not_parse_is_left_to_the_gate_and_the_rest_is_typed(
     assert result.coverage.total == 1
 
 
+def test_type_only_imports_stay_guarded_where_the_module_has_its_own_type_checking_block() -> None:
+    out = typed(
+        model="""
+        from typing import TYPE_CHECKING
+
+        import torch
+
+        if TYPE_CHECKING:
+            from collections.abc import Iterator
+
+        def make():
+            return torch.zeros(2)
+        """
+    )["model"]
+    assert "def make() -> Tensor:" in out
+    assert re.search(r"if TYPE_CHECKING:\n    from torch import Tensor", out)
+    assert out.count("from typing import TYPE_CHECKING") == 1
+
+
 def test_a_parameter_passed_straight_to_a_layer_has_the_type_the_layer_needs() -> None:
     out = typed(
         model="""
