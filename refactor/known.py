@@ -169,7 +169,7 @@ def known_call(name: str) -> Ty | None:
         return INT if last in MATH_INT else BOOL if last in MATH_BOOL else FLOAT
     if not head or head.startswith((".", "typing", "collections", "dataclasses", "enum")):
         return None
-    if last[:1].isupper() and not last.isupper():  # a class: its instance
+    if last[:1].isupper():  # a class (`AdamW`, `SGD`): its instance
         return T(name)
     return None
 
