@@ -190,7 +190,12 @@ def add_imports(
 
 
 def apply(
-    files: dict[str, str], package: str, pkg: Package, sigs: dict[str, Signature], shapes: Any
+    files: dict[str, str],
+    package: str,
+    pkg: Package,
+    sigs: dict[str, Signature],
+    shapes: Any,
+    traced: bool = False,
 ) -> dict[str, str]:
     out = dict(files)
     for name, module in pkg.modules.items():
@@ -202,7 +207,9 @@ def apply(
         path = f"{package}/{name}.py"
         taken = {n.id for n in ast.walk(module.tree) if isinstance(n, ast.Name)}
         taken |= {a.arg for a in ast.walk(module.tree) if isinstance(a, ast.arg)}
-        render = Renderer(name, dict(module.bound), set(), frozenset(taken - set(module.bound)))
+        render = Renderer(
+            name, dict(module.bound), set(), frozenset(taken - set(module.bound)), short=traced
+        )
         tree = cst.parse_module(files[path]).visit(SetAnnotations(mine, render))
         if docs:
             tree = tree.visit(ShapeDocs(docs))
@@ -222,7 +229,7 @@ def annotate(
     pkg = index(files, package)
     sigs = signatures(pkg, trace, globals_seen)
     shapes = recorded(pkg, trace).shapes if trace else {}
-    written = apply(files, package, pkg, sigs, shapes)
+    written = apply(files, package, pkg, sigs, shapes, traced=bool(trace))
     checked = (
         check(written, package, sigs)
         if typecheck

@@ -181,7 +181,9 @@ def dotted_name(node: ast.expr) -> str | None:
 
 @dataclass
 class Renderer:
-    """Writes types into one module: by a name the module binds, else through a new import.
+    """Writes types into one module: by a name the module binds (`torch.optim.SGD` where it
+    imports `torch`), else through a new import (`from torch.optim import SGD`; always so with
+    `short`, the form the `--execute` types are written in).
 
     `bound` maps each name the module binds to what it is (`nn` -> `torch.nn`, `SmallNet` ->
     `.model.SmallNet`); `module` is the module's own name. The imports the annotations need are
@@ -192,6 +194,7 @@ class Renderer:
     bound: dict[str, str]
     imports: set[str]
     taken: frozenset[str] = frozenset()  # names the module uses otherwise (`device` a variable)
+    short: bool = False  # `from torch.optim import AdamW` and `AdamW` even where `torch` is bound
 
     def __call__(self, ty: Ty) -> str:
         if ty.name == UNION:
@@ -217,14 +220,23 @@ class Renderer:
             self.imports.add(f"from {head} import {last}")
             self.bound[last] = full
             return last
+        through = self._through(full)
+        if through is not None and not self.short:
+            return through
         if last not in self.bound and last not in self.taken:
             self.imports.add(f"from {head} import {last}")
             self.bound[last] = full
             return last
-        for local, target in sorted(self.bound.items(), key=lambda kv: -len(kv[1])):
-            if full.startswith(target + "."):
-                return local + full[len(target) :]
+        if through is not None:
+            return through
         top = head.split(".")[0]
         self.imports.add(f"import {head}")
         self.bound.setdefault(top, top)
         return full
+
+    def _through(self, full: str) -> str | None:
+        """`torch.optim.SGD` where the module imports `torch` (a module it binds, longest first)."""
+        for local, target in sorted(self.bound.items(), key=lambda kv: -len(kv[1])):
+            if full.startswith(target + ".") and not target.startswith("."):
+                return local + full[len(target) :]
+        return None
