@@ -138,14 +138,16 @@ for byte on every run, and is written atomically (an existing folder only with `
 `REFACTOR_REPORT.md` lists every cell and where it went, every parameter created, and everything
 dropped, commented out, skipped or redefined (the last definition wins).
 
-Types, tests, docs: annotations are inferred statically (literal defaults, the constants, the
-constructors of notebook state, `None` returns, `nn.Module.forward`, Dataset methods) and, with
-`--execute`, from a run of the notebook in a fresh temporary folder (nbclient, `--timeout`)
-that records each function's argument and return types and tensor dtypes and shapes; they are
-applied with libcst's `ApplyTypeAnnotationsVisitor`, shapes go into docstrings, and the report
-gives the share of annotated parameters and returns. `run()` and the `%%train` cell functions
-keep the notebook's code as written: typed signatures, bodies not type-checked
-(`@no_type_check`). Generated pytest tests (in `tests/`): every module imports; with
+Types, tests, docs: annotations are inferred statically through the package's dataflow
+(constructors such as `model = Net()`, `DataLoader(...)`, optimizers, `nn.*` layers, tensors from
+`torch.*` factories, numpy arrays, pandas frames; every call site of a function, joined to the
+nearest common base; returns from what is returned; a small table of torch/numpy/pandas calls)
+and, with `--execute`, from a run of the notebook in a fresh temporary folder (nbclient,
+`--timeout`) that records each function's argument and return types and tensor dtypes, shapes
+and integer ranges; shapes go into docstrings. mypy then checks the package once: an
+annotation it rejects is removed, and only a function whose own code fails gets
+`@no_type_check`; the report gives the annotated share, mypy's verdict and each
+`@no_type_check` with its reason. Generated pytest tests (in `tests/`): every module imports; with
 `--execute`, each model runs `forward` on inputs of the recorded shapes and one training step,
 each dataset gives its recorded length and item structure, and functions that drew no random
 numbers get characterisation tests from recorded fixtures; what could not be generated soundly

@@ -11,11 +11,15 @@ the next (`pipeline.py` runs them in this order):
 4. `emit`: the source files (`Emitted`): `imports` per module, `compose` + `sections` cut the
    script into section functions (`display` says which only show) and `functions` writes them
    and `run(config)`; `configfile`, `project` (pyproject, README, `__main__.py` from
-   `templates/main.py.tmpl`); `annotate` adds the types, `docs` the docstrings.
-5. `testgen`: the generated tests (`Generated`).
-6. `output`: formats with ruff and writes atomically.
-7. `gate`, `docs.build_html`, `equivalence`: the checks on the written package.
-8. `report`: `REFACTOR_REPORT.md` from all of it (`Outcome`).
+   `templates/main.py.tmpl`); `docs` adds the docstrings.
+5. `annotate`: the types, inferred over the whole package (`symbols`, `infer`, `scope`, `flow`,
+   `known`; `traced` with `--execute`), written in (`typeexpr`) and checked by mypy
+   (`typecheck`: a rejected annotation is removed, a function whose own code fails gets
+   `@no_type_check`) (`Annotated`).
+6. `testgen`: the generated tests (`Generated`; `characterise` for recorded fixtures).
+7. `output`: formats with ruff and writes atomically.
+8. `gate`, `docs.build_html`, `equivalence`: the checks on the written package.
+9. `report`: `REFACTOR_REPORT.md` from all of it (`Outcome`).
 
 With `--execute`, `trace` runs the notebook first and records types and fixtures. This package
 imports only `jupyter_trainmate.rewrite` and `jupyter_trainmate.runtime` from the runtime; the

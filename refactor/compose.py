@@ -18,7 +18,6 @@ import libcst as cst
 import libcst.matchers as m
 
 from .analyze import Item, _target_names
-from .annotate import Types
 from .display import is_display
 from .functions import TrainCell, run_function, section_function, train_cell_function
 from .params import hard_coded_device
@@ -244,7 +243,7 @@ class Composer:
         cell.returns = sorted((binds & later) - self.plan.module_state)
         return cell
 
-    def script(self, types: Types) -> Script:
+    def script(self) -> Script:
         plan = self.plan
         units, train_cells = self.units()
         taken = (
@@ -266,10 +265,10 @@ class Composer:
         if any(s.display for s in sections):
             fields = {plan.field_name(c) for c in plan.constants}
             plots = "plots" if "plots" not in fields else "show_plots"
-        parts = [train_cell_function(t, types, self.transformed) for t in train_cells]
-        parts += [section_function(plan, s, types, plots) for s in sections]
+        parts = [train_cell_function(t, self.transformed) for t in train_cells]
+        parts += [section_function(plan, s, plots) for s in sections]
         parts.append(run_function(plan, sections, plots))
-        extra = {"Config", "no_type_check"}
+        extra = {"Config"}
         if plan.device and (
             "device" in plan.module_state or any("device" in s.params for s in sections)
         ):

@@ -12,11 +12,9 @@ inside a function.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import libcst as cst
 
-from .annotate import Types, annotate_module
 from .compose import Composer, Script, device_free
 from .configfile import config_module
 from .docs import documented, model_card, module_docstring
@@ -55,7 +53,6 @@ class _Emitter:
         self.callee_params = {name: p.params for name, p in plan.placed.items()}
         self.imports: Imports = imports_of(plan)
         self.imports.lines.setdefault("subprocess", "import subprocess")  # `x = !cmd` lines
-        self.imports.lines.setdefault("no_type_check", "from typing import no_type_check")
         self.imports.lines.setdefault("Any", "from typing import Any")
         self.imports.lines.setdefault("jupyter_trainmate", "import jupyter_trainmate")
 
@@ -85,13 +82,9 @@ class _Emitter:
         return _code(node).strip("\n") + "\n"
 
 
-def emit(
-    plan: Plan,
-    trace: dict[str, list[dict[str, Any]]] | None = None,
-    globals_seen: dict[str, Any] | None = None,
-) -> Emitted:
+def emit(plan: Plan) -> Emitted:
+    """The package's files, not yet annotated (`annotate` types them all, as one package)."""
     e = _Emitter(plan)
-    types = Types(plan, trace, globals_seen)
     files: dict[str, str] = {}
     pkg = plan.package
     nb = plan.notebook
@@ -112,7 +105,7 @@ def emit(
         place(item.cell.number, f"{pkg}.config (Config.{plan.field_name(name)})")
     for item in plan.imports:
         place(item.cell.number, "imports of the modules that use them")
-    script = Composer(plan, e.script_code).script(types)
+    script = Composer(plan, e.script_code).script()
     for cell, where in script.places:
         place(cell, where)
     train_parts = modules.setdefault("train", [])
@@ -136,7 +129,7 @@ def emit(
         cells = sorted({p.item.cell.number for p in plan.placed.values() if p.module == module})
         doc = f'"""{module_docstring(module, plan, cells)}\n"""\n\n'
         text = doc + header(plan, e.imports, module, body, extra) + "\n\n" + body
-        files[f"{pkg}/{module}.py"] = annotate_module(text, module, types)
+        files[f"{pkg}/{module}.py"] = text
     files[f"{pkg}/config.py"] = config_module(plan, script.plots)
     files[f"{pkg}/__init__.py"] = (
         f'"""{title}: the notebook `{nb.path.name}` as a package.\n\n'

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from .analyze import Item
-from .annotate import Types
 from .plan import Plan
 from .sections import Section
 
@@ -44,22 +43,16 @@ def config_name(plan: Plan) -> str:
     return next(n for n in ("config", "run_config", "trainmate_config") if n not in used)
 
 
-def parameter_list(names: tuple[str, ...], types: Types, config: str | None) -> str:
-    typed = [(p, types.value_type(p)) for p in names]
-    params = [f"{p}: {t}" if t else p for p, t in typed]
-    return ", ".join(([f"{config}: Config"] if config else []) + params)
+def parameter_list(names: tuple[str, ...], config: str | None) -> str:
+    """`config: Config` and the bare names: `annotate` types them, from every call, as one package."""
+    return ", ".join(([f"{config}: Config"] if config else []) + list(names))
 
 
-def returns_annotation(names: tuple[str, ...] | list[str], types: Types) -> str:
-    if not names:
-        return " -> None"
-    known = [t for t in (types.value_type(r) for r in names) if t]
-    if len(known) != len(names):
-        return ""
-    return f" -> {known[0]}" if len(known) == 1 else f" -> tuple[{', '.join(known)}]"
+def returns_annotation(names: tuple[str, ...] | list[str]) -> str:
+    return " -> None" if not names else ""  # what it returns: typed by `annotate`
 
 
-def section_function(plan: Plan, section: Section, types: Types, plots: str | None) -> str:
+def section_function(plan: Plan, section: Section, plots: str | None) -> str:
     config = config_name(plan)
     lines: list[str] = []
     if section.declares:
@@ -82,13 +75,10 @@ def section_function(plan: Plan, section: Section, types: Types, plots: str | No
     if section.display:
         doc += f"\n\nDisplay only: `run()` calls it with `{config}.{plots}`."
     doc += '\n"""'
-    signature = parameter_list(section.params, types, config if section.config else None)
-    returns = returns_annotation(section.returns, types)
+    signature = parameter_list(section.params, config if section.config else None)
+    returns = returns_annotation(section.returns)
     body = _indent(doc.replace("\\", "\\\\") + "\n" + "\n".join(lines))
-    return (
-        "@no_type_check  # the notebook's code as written: typed at its edges\n"
-        f"def {section.name}({signature}){returns}:\n{body}\n"
-    )
+    return f"def {section.name}({signature}){returns}:\n{body}\n"
 
 
 def run_function(plan: Plan, sections: tuple[Section, ...], plots: str | None) -> str:
@@ -115,19 +105,18 @@ def run_function(plan: Plan, sections: tuple[Section, ...], plots: str | None) -
 
 
 def train_cell_function(
-    cell: TrainCell, types: Types, transformed: Callable[[cst.BaseStatement, dict[str, str]], str]
+    cell: TrainCell, transformed: Callable[[cst.BaseStatement, dict[str, str]], str]
 ) -> str:
     body = "\n".join(
         transformed(it.node, {p: p for p in cell.params}).strip("\n") for it in cell.items
     )
     if cell.returns:
         body += "\nreturn " + ", ".join(cell.returns)
-    params = parameter_list(tuple(cell.params), types, None)
-    returns = returns_annotation(cell.returns, types)
+    params = parameter_list(tuple(cell.params), None)
+    returns = returns_annotation(cell.returns)
     signature = (
         f"def {cell.name}(*, {params}){returns}:" if params else f"def {cell.name}(){returns}:"
     )
-    signature = "@no_type_check\n" + signature  # the cell as written: typed at its edges only
     magic = f"%%train {cell.options}".rstrip()
     doc = (
         f'"""The notebook\'s `{magic}` cell (cell {cell.number}).\n\n'

@@ -1,6 +1,7 @@
 """
 `trainmate refactor NB.ipynb`: the steps in order (the package docstring lists them), each
-handing its result to the next: read -> analyze -> plan -> emit -> testgen -> write (format) ->
+handing its result to the next: read -> analyze -> plan -> emit -> annotate (+ mypy) -> testgen
+-> write (format) ->
 gate, docs, equivalence -> report.
 """
 
@@ -15,7 +16,7 @@ from jupyter_trainmate.errors import TrainmateError
 
 from . import manifest
 from .analyze import analyze
-from .annotate import coverage
+from .annotate import annotate
 from .docs import build_html
 from .emit import emit
 from .equivalence import check
@@ -48,6 +49,7 @@ def refactor(
     dry_run: bool = False,
     skip_bad_cells: bool = False,
     docs: bool = True,
+    typecheck: bool = True,
     execute: bool = False,
     timeout: int = 600,
     check_equivalence: bool = False,
@@ -72,19 +74,22 @@ def refactor(
     trace = None
     if execute:
         trace = run_traced(notebook, {b.cell for b in analysis.bad}, timeout)
-    emitted = emit(
-        the_plan,
-        trace.calls if trace is not None else None,
-        trace.globals if trace is not None else None,
-    )
+    emitted = emit(the_plan)
     tests = generate(
         the_plan,
         trace.calls if trace is not None else None,
         trace.fixtures if trace else None,
         trace.dropped if trace else None,
     )
-    files = {**emitted.files, **tests.files}
-    made = Outcome(files, emitted, tests, coverage(files, pkg), trace is not None)
+    typed = annotate(
+        emitted.files,
+        pkg,
+        trace.calls if trace is not None else None,
+        trace.globals if trace is not None else None,
+        typecheck=typecheck and not dry_run,
+    )
+    files = {**typed.files, **tests.files}
+    made = Outcome(files, emitted, tests, typed.coverage, trace is not None, checked=typed.checked)
     if dry_run:
         return out, report(the_plan, made, "(dry run: not formatted or checked)", "dry run")
     text: dict[str, str] = {}

@@ -94,8 +94,7 @@ pythonpath = ["."]
 testpaths = ["tests"]
 
 [tool.mypy]
-# the section functions and the `%%train` cell functions hold the notebook's code as written:
-# their signatures are typed, their bodies not checked (`@no_type_check`)
+# a function whose own code fails mypy is `@no_type_check` (REFACTOR_REPORT.md says why)
 ignore_missing_imports = true
 
 [tool.ruff.lint]

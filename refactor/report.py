@@ -16,6 +16,7 @@ from .gate import Gate
 from .gate import lines as gate_lines
 from .plan import Plan
 from .testgen import Generated
+from .typecheck import Checked
 from .versions import table
 
 
@@ -30,6 +31,7 @@ class Outcome:
     executed: bool
     equivalence: Equivalence | None = None
     gate: Gate | None = None
+    checked: Checked | None = None  # mypy on the package (None: not run)
 
 
 def report(plan: Plan, outcome: Outcome, findings: str, docs_problem: str = "") -> str:
@@ -119,6 +121,8 @@ def report(plan: Plan, outcome: Outcome, findings: str, docs_problem: str = "") 
         lines.append(
             f"{c.annotated} of {c.total} parameters and returns annotated ({c.share:.0%}), from {how}."
         )
+    if outcome.checked is not None:
+        lines += ["", *_typecheck_lines(outcome.checked)]
     lines += ["", "## Tests (tests/)", ""]
     if outcome.tests is not None:
         lines += [f"- {t}" for t in outcome.tests.tests]
@@ -153,3 +157,21 @@ def report(plan: Plan, outcome: Outcome, findings: str, docs_problem: str = "") 
         "API docs (pdoc): `docs/index.html`" if not docs_problem else f"API docs: {docs_problem}"
     )
     return "\n".join(lines) + "\n"
+
+
+def _typecheck_lines(checked: Checked) -> list[str]:
+    """mypy's verdict, the annotations it rejected and each `@no_type_check` with its reason."""
+    lines = [f"mypy on the package: {checked.result}."]
+    if checked.removed:
+        lines.append(
+            f"{len(checked.removed)} inferred annotations mypy rejected were removed: "
+            + ", ".join(f"`{r}`" for r in checked.removed)
+            + "."
+        )
+    count = len(checked.no_type_check)
+    lines.append(
+        f"`@no_type_check` on {count} function{'s' if count != 1 else ''}"
+        + (" (its own code fails mypy):" if count else ": none (every typed function checks).")
+    )
+    lines += [f"- `{where}`: {reason}" for where, reason in checked.no_type_check]
+    return lines

@@ -277,6 +277,12 @@ class Batches:
                     remaining -= 1  # type: ignore[operator]
                     accumulation.last_batch = remaining == 0
                 mark = signals.count
+                if fetched == 1 and mark:
+                    # The run has trained before: show this pass as the epoch in progress from
+                    # its first batch (taken back below if that batch does not train).
+                    shown = (self.steps_per_epoch, self._epoch_first_step, self._in_epoch)
+                    self.steps_per_epoch, self._epoch_first_step = per_epoch, first_step
+                    self._in_epoch = True
                 self._in_batch += 1
                 holding = True
                 yield batch
@@ -286,6 +292,8 @@ class Batches:
                     uncount(samples)
                     self._uncounted[0] += 1
                     self._uncounted[1] += samples
+                    if fetched == 1 and mark:
+                        self.steps_per_epoch, self._epoch_first_step, self._in_epoch = shown
                 elif not trained:
                     trained = 1
                     self.steps_per_epoch = per_epoch
