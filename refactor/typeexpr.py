@@ -49,6 +49,9 @@ def T(name: str, *args: Ty) -> Ty:
 
 
 INT, FLOAT, STR, BOOL, NONE = T("int"), T("float"), T("str"), T("bool"), T("None")
+# An element of a tuple whose own type is unknown: `tuple[Any, DataLoader]` still types what is
+# unpacked from its known elements (`flow.item` never hands `Any` on to a name).
+ANY = T("typing.Any")
 TENSOR = T("torch.Tensor")
 NDARRAY = T("numpy.ndarray")
 DATAFRAME = T("pandas.DataFrame")
