@@ -159,7 +159,8 @@ Importing this package is cheap: torch, tornado and libcst are imported only whe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._version import __version__
@@ -187,6 +188,9 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
     from jupyter_server.serverapp import ServerApp
 
+    from .deploy.bench_report import BenchReport
+    from .deploy.report import ExportReport
+
 # The public API: what a user calls or catches. Everything else is internal (the subpackages are
 # documented for contributors; docs/ARCHITECTURE.md maps them).
 __all__ = [
@@ -195,6 +199,8 @@ __all__ = [
     "TrainOptions",
     "TrainmateError",
     "__version__",
+    "bench",
+    "export",
     "last_run",
     "load_ipython_extension",
     "log",
@@ -210,6 +216,80 @@ def train(fn: Callable[..., T], options: str = "", /, **kwargs: Any) -> T:
     from .runner import train as _train
 
     return _train(fn, options, **kwargs)
+
+
+def export(
+    model: Any,
+    example: Any,
+    path: str | os.PathLike[str] = "model.onnx",
+    *,
+    dynamic_batch: bool = True,
+    quantize: str | None = None,
+    validate: tuple[Any, Callable[..., float]] | None = None,
+    opset: int | None = None,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+) -> ExportReport:
+    """Export `model` to ONNX at `path`, checked in onnxruntime: `export(model, xb)`.
+
+    `example` is what the model is called with (a tensor, a tuple of inputs, or a dict). The
+    dynamo exporter is tried first, then with the example repeated to batch 2, then the
+    TorchScript exporter; the batch axis is dynamic unless `dynamic_batch=False`. onnxruntime
+    (CPU) then runs the example and random inputs at batch sizes 1, 3 and 8 and every output is
+    compared with the model's in eval mode (`|onnx - torch| <= atol + rtol * |torch|`).
+    `quantize="int8"` also writes `MODEL.int8.onnx` (dynamic quantisation of MatMul/Gemm) and
+    compares it with the float model; `validate=(loader, metric)` scores both on the loader's
+    `(inputs, target)` batches. Everything is written atomically, with the report as
+    `MODEL.export.json`. Returns the `ExportReport` (a table in the notebook; `.passed`).
+    Needs `pip install 'jupyter_trainmate[export]'`.
+    """
+    from .deploy.export import export as _export
+
+    return _export(
+        model,
+        example,
+        path,
+        dynamic_batch=dynamic_batch,
+        quantize=quantize,
+        validate=validate,
+        opset=opset,
+        rtol=rtol,
+        atol=atol,
+    )
+
+
+def bench(
+    model: Any,
+    example: Any,
+    *,
+    batch_sizes: Sequence[int] = (1, 8, 32),
+    precision: Sequence[str] = ("fp32", "bf16"),
+    backends: Sequence[str] = ("eager", "compile", "onnxruntime"),
+    min_run_time: float = 0.5,
+    threads: int | None = None,
+) -> BenchReport:
+    """Inference latency and throughput of `model` at each batch size: `bench(model, xb)`.
+
+    Rows per backend (`eager`, `compile`, `onnxruntime`), precision (`fp32`, `bf16`, `fp16`
+    where the device has it; skipped rows say why) and batch size (the example's rows
+    repeated): p50/p95/p99 latency, samples/s, peak memory, torch.compile's compile time and the
+    graphs compiled inside the timed region (0, or the row is marked). Measured with
+    `torch.utils.benchmark.Timer.blocked_autorange` (`min_run_time` seconds per row) after a
+    warm-up, in eval mode and `torch.inference_mode`, on `threads` CPU threads. Returns the
+    `BenchReport` (a table in the notebook, a verdict per batch size; `.to_markdown()`,
+    `.to_json()`).
+    """
+    from .deploy.bench import bench as _bench
+
+    return _bench(
+        model,
+        example,
+        batch_sizes=batch_sizes,
+        precision=precision,
+        backends=backends,
+        min_run_time=min_run_time,
+        threads=threads,
+    )
 
 
 def load_ipython_extension(ip: InteractiveShell) -> None:

@@ -1,0 +1,338 @@
+"""`jupyter_trainmate.bench()`: inference latency and throughput, measured the careful way.
+
+Each row: eval mode, `torch.inference_mode`, a stated thread count, warm-up calls, then
+`torch.utils.benchmark.Timer.blocked_autorange` (blocks of calls until `min_run_time` is spent;
+the Timer synchronises CUDA). `torch.compile` compiles during the warm-up (its time reported
+apart), and the graphs compiled inside the timed region are counted from torch._dynamo's counters:
+a row that recompiled there is marked. onnxruntime runs the model exported by `export()` (or a
+given `.onnx` file) on its CPU provider with the same thread count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import TrainmateError
+from .bench_report import BenchReport, BenchRow
+from .inputs import Example, eval_mode, make_example, run_reference
+
+if TYPE_CHECKING:
+    from torch import nn
+
+BACKENDS = ("eager", "compile", "onnxruntime")
+PRECISIONS = ("fp32", "bf16", "fp16")
+WARMUP_CALLS = 3
+MIN_BLOCKS = 10
+
+
+def bench(
+    model: nn.Module,
+    example: Any,
+    *,
+    batch_sizes: Sequence[int] = (1, 8, 32),
+    precision: Sequence[str] = ("fp32", "bf16"),
+    backends: Sequence[str] = BACKENDS,
+    min_run_time: float = 0.5,
+    threads: int | None = None,
+    onnx_path: str | os.PathLike[str] | None = None,
+    compile_mode: str | None = None,
+) -> BenchReport:
+    """Time `model` on `example` resized to each batch size; see `BenchReport`."""
+    import torch
+
+    for name, given, choices in (
+        ("backend", backends, BACKENDS),
+        ("precision", precision, PRECISIONS),
+    ):
+        bad = [g for g in given if g not in choices]
+        if bad:
+            raise TrainmateError(f"unknown {name} {bad[0]!r}: choose from {', '.join(choices)}")
+    if not batch_sizes or min(batch_sizes) < 1:
+        raise TrainmateError("batch sizes are whole numbers >= 1")
+    threads = threads or torch.get_num_threads()
+    inputs = make_example(model, example)
+    run_reference(model, inputs)  # a one-line error now if the model does not run on it
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    memory = _Memory(device)
+    rows: list[BenchRow] = []
+    with tempfile.TemporaryDirectory(prefix="trainmate-bench-") as scratch:
+        runners = _runners(model, inputs, backends, compile_mode, threads, onnx_path, scratch)
+        for backend, runner in runners:
+            for prec in precision:
+                why = runner.unsupported(prec, device) if runner else _why_not(backend, onnx_path)
+                if runner is None or why:
+                    rows += [BenchRow(backend, prec, b, skipped=why) for b in batch_sizes]
+                    continue
+                for size in batch_sizes:
+                    rows.append(runner.measure(prec, inputs.repeated(size), min_run_time, memory))
+    return BenchReport(
+        rows=tuple(rows),
+        device=_describe(device),
+        threads=threads,
+        memory=memory.what,
+        min_run_time=min_run_time,
+        versions=_versions(),
+    )
+
+
+class _Torch:
+    """Eager or compiled PyTorch; bf16/fp16 through autocast (the model itself is not cast)."""
+
+    def __init__(self, model: nn.Module, compiled: bool, mode: str | None, threads: int) -> None:
+        import torch
+
+        self.model = model
+        self.compiled = compiled
+        self.fn = torch.compile(model, mode=mode) if compiled else model
+        self.threads = threads
+
+    def unsupported(self, precision: str, device: Any) -> str:
+        return _precision_unsupported(precision, device)
+
+    def measure(
+        self, precision: str, inputs: Example, min_run_time: float, memory: _Memory
+    ) -> BenchRow:
+        import torch
+        from torch._dynamo.utils import counters
+
+        backend = "compile" if self.compiled else "eager"
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        device_type = memory.device.type
+        autocast = (
+            torch.autocast(device_type, dtype=dtype)
+            if dtype is not None
+            else torch.autocast(device_type, enabled=False)
+        )
+        fn, args, kwargs = self.fn, inputs.args, inputs.kwargs
+
+        def call() -> None:
+            fn(*args, **kwargs)
+
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            with eval_mode(self.model), torch.inference_mode(), autocast:
+                graphs = counters["stats"]["unique_graphs"]
+                started = time.perf_counter()
+                call()
+                first = time.perf_counter() - started
+                for _ in range(WARMUP_CALLS - 1):
+                    call()
+                warmup_graphs = counters["stats"]["unique_graphs"] - graphs
+                memory.reset()
+                graphs = counters["stats"]["unique_graphs"]
+                timing = _timed(call, inputs.batch_size or 1, min_run_time, self.threads)
+                recompiles = counters["stats"]["unique_graphs"] - graphs
+        finally:
+            torch.set_num_threads(previous)
+        note = ""
+        if self.compiled:
+            note = f"{warmup_graphs} graph(s) compiled in warm-up"
+            if recompiles:
+                note = f"RECOMPILED {recompiles} time(s) in the timed region; " + note
+        return BenchRow(
+            backend,
+            precision,
+            inputs.batch_size or 1,
+            peak_memory_mb=memory.peak_mb(),
+            compile_s=(first if warmup_graphs else 0.0) if self.compiled else None,
+            recompiles=recompiles if self.compiled else None,
+            note=note,
+            **asdict(timing),
+        )
+
+
+class _Onnxruntime:
+    """onnxruntime's CPU provider on the exported model, feeds prepared before timing."""
+
+    def __init__(self, path: Path, threads: int) -> None:
+        from .parity import session
+
+        self.session = session(path, threads)
+        self.threads = threads
+
+    def unsupported(self, precision: str, device: Any) -> str:
+        if precision != "fp32":
+            return f"{precision}: the exported model is fp32 (onnxruntime does not cast it)"
+        if device.type != "cpu":
+            return "the model is on a GPU: onnxruntime with the CUDA provider is not measured yet"
+        return ""
+
+    def measure(
+        self, precision: str, inputs: Example, min_run_time: float, memory: _Memory
+    ) -> BenchRow:
+        from .parity import feeds
+
+        sess = self.session
+        fed = feeds(sess, inputs)
+        names = [o.name for o in sess.get_outputs()]
+
+        def call() -> None:
+            sess.run(names, fed)
+
+        for _ in range(WARMUP_CALLS):
+            call()
+        memory.reset()
+        timing = _timed(call, inputs.batch_size or 1, min_run_time, self.threads)
+        return BenchRow(
+            "onnxruntime",
+            precision,
+            inputs.batch_size or 1,
+            peak_memory_mb=memory.peak_mb(),
+            **asdict(timing),
+        )
+
+
+def _runners(
+    model: nn.Module,
+    inputs: Example,
+    backends: Sequence[str],
+    compile_mode: str | None,
+    threads: int,
+    onnx_path: str | os.PathLike[str] | None,
+    scratch: str,
+) -> list[tuple[str, Any]]:
+    runners: list[tuple[str, Any]] = []
+    for backend in backends:
+        if backend == "onnxruntime":
+            runners.append((backend, _onnx_runner(model, inputs, threads, onnx_path, scratch)))
+        else:
+            runners.append((backend, _Torch(model, backend == "compile", compile_mode, threads)))
+    return runners
+
+
+def _onnx_runner(
+    model: nn.Module,
+    inputs: Example,
+    threads: int,
+    onnx_path: str | os.PathLike[str] | None,
+    scratch: str,
+) -> _Onnxruntime | None:
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime") is None:
+        return None
+    if onnx_path is None:
+        from .export import export_prepared
+
+        onnx_path = Path(scratch) / "model.onnx"
+        export_prepared(model, inputs, onnx_path, batch_sizes=())
+    return _Onnxruntime(Path(onnx_path), threads)
+
+
+def _why_not(backend: str, onnx_path: Any) -> str:
+    return "onnxruntime is not installed: pip install 'jupyter_trainmate[export]'"
+
+
+def _precision_unsupported(precision: str, device: Any) -> str:
+    import torch
+
+    if precision == "fp32":
+        return ""
+    if device.type == "cuda":
+        if precision == "bf16" and not torch.cuda.is_bf16_supported():
+            return "this GPU has no bf16"
+        return ""
+    if precision == "fp16":
+        return "fp16 on a CPU: no fast kernels, measured on GPUs only"
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return "this CPU has no bf16 instructions (AVX512-BF16 or AMX)"
+    return ""
+
+
+@dataclass(frozen=True)
+class _Timing:
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    samples_per_s: float
+    timed_calls: int
+    blocks: int
+
+
+def _timed(call: Callable[[], None], batch: int, min_run_time: float, threads: int) -> _Timing:
+    """p50, p95, p99 (ms per call, over the blocks) and samples/s from `blocked_autorange`."""
+    import numpy as np
+    from torch.utils import benchmark
+
+    timer = benchmark.Timer(stmt="call()", globals={"call": call}, num_threads=threads)
+    measurement = timer.blocked_autorange(min_run_time=min_run_time)
+    per_block = measurement.number_per_run
+    blocks = list(measurement.times)
+    while len(blocks) < MIN_BLOCKS:  # percentiles need some blocks, however short the budget
+        blocks += timer.timeit(per_block).times
+    times = np.asarray(blocks) * 1e3
+    p50, p95, p99 = (float(np.percentile(times, q)) for q in (50, 95, 99))
+    return _Timing(p50, p95, p99, batch / (p50 / 1e3), len(times) * per_block, len(times))
+
+
+class _Memory:
+    """Peak memory of a row: the CUDA allocator's peak on a GPU, the process's peak RSS on a CPU.
+
+    On Linux the RSS high-water mark (VmHWM) is reset before each row by writing 5 to
+    /proc/self/clear_refs; where that is not possible the RSS after the row is reported instead.
+    """
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        if device.type == "cuda":
+            self.what = "CUDA allocator peak"
+        elif _reset_hwm():
+            self.what = "process peak RSS (VmHWM, reset per row)"
+        else:
+            self.what = "process RSS after the row (no peak counter here)"
+
+    def reset(self) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            _reset_hwm()
+
+    def peak_mb(self) -> float:
+        import psutil
+        import torch
+
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        status = Path("/proc/self/status")
+        if status.exists():
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        return float(psutil.Process().memory_info().rss) / 2**20
+
+
+def _reset_hwm() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _describe(device: Any) -> str:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} logical cores)"
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata
+
+    found = {}
+    for package in ("torch", "onnxruntime"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found[package] = importlib.metadata.version(package)
+    return found
