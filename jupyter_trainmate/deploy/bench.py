@@ -15,7 +15,8 @@ import os
 import platform
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,7 +92,8 @@ class _Torch:
 
         self.model = model
         self.compiled = compiled
-        self.fn = torch.compile(model, mode=mode) if compiled else model
+        with _torch_internals_quiet():
+            self.fn = torch.compile(model, mode=mode) if compiled else model
         self.threads = threads
 
     def unsupported(self, precision: str, device: Any) -> str:
@@ -121,11 +123,12 @@ class _Torch:
         try:
             with eval_mode(self.model), torch.inference_mode(), autocast:
                 graphs = counters["stats"]["unique_graphs"]
-                started = time.perf_counter()
-                call()
-                first = time.perf_counter() - started
-                for _ in range(WARMUP_CALLS - 1):
+                with _torch_internals_quiet():
+                    started = time.perf_counter()
                     call()
+                    first = time.perf_counter() - started
+                    for _ in range(WARMUP_CALLS - 1):
+                        call()
                 warmup_graphs = counters["stats"]["unique_graphs"] - graphs
                 memory.reset()
                 graphs = counters["stats"]["unique_graphs"]
@@ -189,6 +192,15 @@ class _Onnxruntime:
             peak_memory_mb=memory.peak_mb(),
             **asdict(timing),
         )
+
+
+@contextlib.contextmanager
+def _torch_internals_quiet() -> Iterator[None]:
+    """torch.compile's imports and first calls warn about torch's own deprecated internals."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
 
 
 def _runners(
