@@ -242,46 +242,66 @@ def test_magic_exports_notebook_objects(
         ip.run_line_magic("trainmate", "export nope xb")
 
 
-def test_cli_exports_a_checkpoint_through_a_builder(
+NOTEBOOK_CELLS = [
+    "import torch\nfrom torch import nn\n\nHIDDEN = 16\ntorch.manual_seed(0)",
+    "## Model",
+    "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    "        self.body = nn.Sequential(nn.Linear(4, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 2))\n\n"
+    "    def forward(self, x):\n        return self.body(x)",
+    "model = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nx = torch.randn(32, 4)\n"
+    "data = torch.utils.data.TensorDataset(x, x[:, :2] * 2)\n"
+    "loader = torch.utils.data.DataLoader(data, batch_size=8)",
+    "%%train --checkpoint ckpt\nfor epoch in range(2):\n    for xb, yb in loader:\n"
+    "        opt.zero_grad()\n        loss = ((model(xb) - yb) ** 2).mean()\n"
+    "        loss.backward()\n        opt.step()",
+]
+
+
+def test_cli_exports_a_train_checkpoint_of_a_refactored_package(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    package = tmp_path / "tinypkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "model.py").write_text(
-        "from torch import nn\n\n\ndef build() -> nn.Module:\n"
-        "    return nn.Sequential(nn.Linear(8, 4), nn.Tanh(), nn.Linear(4, 2))\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    from jupyter_trainmate.runtime.checkpoint import FORMAT, VERSION
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-    torch.manual_seed(3)
-    trained = nn.Sequential(nn.Linear(8, 4), nn.Tanh(), nn.Linear(4, 2))
-    optimizer = torch.optim.SGD(trained.parameters(), lr=0.1)
-    checkpoint = tmp_path / "step-00000010-epoch-0001.pt"
-    payload = {
-        "format": FORMAT,
-        "version": VERSION,
-        "models": {"net": trained.state_dict()},
-        "optimizers": {"opt": optimizer.state_dict()},
-    }
-    torch.save(payload, checkpoint)
-    out = tmp_path / "net.onnx"
-    argv = ["export", str(checkpoint), "--model", "tinypkg.model:build", "--example", "2,8"]
-    assert main([*argv, "-o", str(out)]) == 0
+    cells = [
+        new_markdown_cell(c) if c.startswith("#") else new_code_cell(c) for c in NOTEBOOK_CELLS
+    ]
+    nbformat.write(new_notebook(cells=cells), tmp_path / "deploytiny.ipynb")
+    package = tmp_path / "deploytiny_pkg"
+    assert (
+        main(["refactor", str(tmp_path / "deploytiny.ipynb"), "-o", str(package), "--no-docs"]) == 0
+    )
+    monkeypatch.chdir(package)
+    monkeypatch.syspath_prepend(str(package))
+    from deploytiny.config import Config  # type: ignore[import-not-found]
+    from deploytiny.train import run  # type: ignore[import-not-found]
+
+    trained = run(Config())[
+        "model"
+    ]  # the notebook's %%train cell, through jupyter_trainmate.train()
+    checkpoint = sorted((package / "ckpt").glob("*-end.pt"))[-1]
+    capsys.readouterr()
+    argv = ["export", str(checkpoint), "--model", "deploytiny.model:Net", "--example", "2,4"]
+    assert main([*argv, "-o", "net.onnx"]) == 0
     assert "(parity ok)" in capsys.readouterr().out
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
-    x = torch.randn(5, 8)
+    session = onnxruntime.InferenceSession("net.onnx", providers=["CPUExecutionProvider"])
+    x = torch.randn(5, 4)
     (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
-    with torch.no_grad():
-        np.testing.assert_allclose(got, trained(x).numpy(), rtol=1e-4, atol=1e-5)
+    with torch.no_grad():  # the trained weights, not a fresh model's
+        np.testing.assert_allclose(got, trained.eval()(x).numpy(), rtol=1e-4, atol=1e-5)
 
-    assert main(["export", str(checkpoint), "--example", "2,8"]) == 2
+    assert main(["export", str(checkpoint), "--example", "2,4"]) == 2
     assert "add --model PKG.module:builder" in capsys.readouterr().err
-    assert main(["export", str(checkpoint), "--model", "tinypkg.model:nope", "--example", "2"]) == 2
-    assert "has no attribute 'nope'" in capsys.readouterr().err
+    assert (
+        main(["export", str(checkpoint), "--model", "deploytiny.model:Nope", "--example", "2"]) == 2
+    )
+    assert "has no attribute 'Nope'" in capsys.readouterr().err
+    assert (
+        main(["export", str(checkpoint), "--model", "deploytiny.model:Net", "--example", "2x"]) == 2
+    )
+    assert "--example 2x: give SHAPE[:DTYPE]" not in capsys.readouterr().err  # 2x parses as [2]
 
 
 def test_bench_table_has_eager_compile_and_onnxruntime_rows() -> None:
