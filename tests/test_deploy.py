@@ -298,10 +298,11 @@ def test_cli_exports_a_train_checkpoint_of_a_refactored_package(
         main(["export", str(checkpoint), "--model", "deploytiny.model:Nope", "--example", "2"]) == 2
     )
     assert "has no attribute 'Nope'" in capsys.readouterr().err
-    assert (
-        main(["export", str(checkpoint), "--model", "deploytiny.model:Net", "--example", "2x"]) == 2
-    )
-    assert "--example 2x: give SHAPE[:DTYPE]" not in capsys.readouterr().err  # 2x parses as [2]
+    net = ["export", str(checkpoint), "--model", "deploytiny.model:Net"]
+    assert main([*net, "--example", "2,four"]) == 2
+    assert "--example 2,four: give SHAPE[:DTYPE]" in capsys.readouterr().err
+    assert main([*net, "--example", "2,4:int64"]) == 2
+    assert "the model does not run on the example: RuntimeError" in capsys.readouterr().err
 
 
 def test_bench_table_has_eager_compile_and_onnxruntime_rows() -> None:
