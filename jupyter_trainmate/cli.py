@@ -72,19 +72,30 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .deploy.bench import bench
-    from .deploy.command import resolve, show
+    from .deploy.bench import bench, bench_onnx
+    from .deploy.command import onnx_file, resolve, resolve_example, show
 
-    model, example = resolve(args)
-    report = bench(
-        model,
-        example,
-        batch_sizes=args.batch_sizes,
-        precision=args.precision,
-        backends=args.backends,
-        min_run_time=args.min_run_time,
-        threads=args.threads,
-    )
+    exported = onnx_file(args)
+    if exported is not None:
+        report = bench_onnx(
+            exported,
+            resolve_example(args),
+            batch_sizes=args.batch_sizes,
+            precision=args.precision,
+            min_run_time=args.min_run_time,
+            threads=args.threads,
+        )
+    else:
+        model, example = resolve(args)
+        report = bench(
+            model,
+            example,
+            batch_sizes=args.batch_sizes,
+            precision=args.precision,
+            backends=args.backends,
+            min_run_time=args.min_run_time,
+            threads=args.threads,
+        )
     show(report, args.format, getattr(args, "user_ns", None) is not None)
     return 0
 
@@ -131,7 +142,8 @@ def _add_deploy_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         help="inference latency and throughput: eager, torch.compile, onnxruntime",
         description="Time the model per backend, precision and batch size (warm-up, "
         "torch.utils.benchmark's blocked autorange, eval mode, inference mode): p50/p95/p99, "
-        "samples/s, peak memory, compile time, and the fastest configuration per batch size.",
+        "samples/s, peak memory, compile time, and the fastest configuration per batch size. "
+        "MODEL may also be an exported .onnx file (onnxruntime only; --example per input).",
     )
     add_arguments(bench)
     bench.add_argument(

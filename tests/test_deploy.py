@@ -356,3 +356,29 @@ def test_bench_table_has_eager_compile_and_onnxruntime_rows() -> None:
 def test_bench_rejects_unknown_choices() -> None:
     with pytest.raises(TrainmateError, match="unknown backend 'tensorrt'"):
         jupyter_trainmate.bench(mlp(), torch.randn(1, 64), backends=("tensorrt",))
+
+
+def test_bench_an_exported_file_from_the_shell(
+    mlp_report: ExportReport, folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["bench", str(folder / "mlp.onnx"), "--example", "2,64", "--batch-sizes", "1,3"]
+    assert main([*argv, "--min-run-time", "0.01", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = [(r["backend"], r["precision"], r["batch_size"]) for r in report["rows"]]
+    assert rows == [("onnxruntime", p, n) for p in ("fp32", "bf16") for n in (1, 3)]
+    assert all(r["p50_ms"] > 0 for r in report["rows"][:2])
+    assert all(r["skipped"] for r in report["rows"][2:])
+    assert main([*argv, "--example", "2,3"]) == 2
+    assert "has 1 input(s) (input): give as many examples, not 2" in capsys.readouterr().err
+
+
+def test_magic_bench_on_notebook_objects(
+    ip: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ip.user_ns.update(net=mlp(), xb=torch.randn(2, 64))
+    options = "--backends eager --precision fp32 --batch-sizes 1,2 --min-run-time 0.01"
+    ip.run_line_magic("trainmate", f"bench net xb {options} --format markdown")
+    out = capsys.readouterr().out
+    assert "| eager | fp32 | 1 |" in out
+    assert "| eager | fp32 | 2 |" in out
+    assert "- batch 2: fastest is eager fp32" in out

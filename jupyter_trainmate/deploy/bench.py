@@ -84,6 +84,46 @@ def bench(
     )
 
 
+def bench_onnx(
+    path: str | os.PathLike[str],
+    example: Any,
+    *,
+    batch_sizes: Sequence[int] = (1, 8, 32),
+    precision: Sequence[str] = ("fp32",),
+    min_run_time: float = 0.5,
+    threads: int | None = None,
+) -> BenchReport:
+    """Time an exported `.onnx` file in onnxruntime; `example` holds one tensor per input."""
+    import torch
+
+    from .deps import require
+
+    require("onnxruntime")
+    threads = threads or torch.get_num_threads()
+    runner = _Onnxruntime(Path(path), threads)
+    names = tuple(i.name for i in runner.session.get_inputs())
+    tensors = tuple(example) if isinstance(example, list | tuple) else (example,)
+    if len(tensors) != len(names):
+        raise TrainmateError(
+            f"{path} has {len(names)} input(s) ({', '.join(names)}): give as many examples, "
+            f"not {len(tensors)}"
+        )
+    inputs = Example(tensors, {}, names)
+    memory = _Memory(torch.device("cpu"))
+    rows: list[BenchRow] = []
+    for prec in precision:
+        why = runner.unsupported(prec, torch.device("cpu"))
+        for size in batch_sizes:
+            rows.append(
+                BenchRow("onnxruntime", prec, size, skipped=why)
+                if why
+                else runner.measure(prec, inputs.repeated(size), min_run_time, memory)
+            )
+    return BenchReport(
+        tuple(rows), _describe(memory.device), threads, memory.what, min_run_time, _versions()
+    )
+
+
 class _Torch:
     """Eager or compiled PyTorch; bf16/fp16 through autocast (the model itself is not cast)."""
 

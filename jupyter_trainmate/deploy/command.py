@@ -70,6 +70,22 @@ def resolve(args: argparse.Namespace) -> tuple[nn.Module, Any]:
         )
     if not isinstance(model, torch.nn.Module):
         raise TrainmateError(f"{args.source} is a {type(model).__name__}, not a torch.nn.Module")
+    return model, resolve_example(args)
+
+
+def onnx_file(args: argparse.Namespace) -> Path | None:
+    """MODEL as an exported `.onnx` file (bench only), or None."""
+    path = Path(args.source)
+    if args.builder or path.suffix != ".onnx":
+        return None
+    if not path.is_file():
+        raise TrainmateError(f"{path}: no such file")
+    return path
+
+
+def resolve_example(args: argparse.Namespace) -> Any:
+    """The example: random tensors of the `--example` shapes, or the notebook's EXAMPLE."""
+    namespace = getattr(args, "user_ns", None)
     if args.shapes:
         tensors = [example_tensor(spec) for spec in args.shapes]
         example: Any = tensors[0] if len(tensors) == 1 else tuple(tensors)
@@ -77,7 +93,7 @@ def resolve(args: argparse.Namespace) -> tuple[nn.Module, Any]:
         example = _evaluate(args.example, namespace, "EXAMPLE")
     else:
         raise TrainmateError("no example input: give --example SHAPE[:DTYPE]")
-    return model, example
+    return example
 
 
 def show(report: Any, fmt: str, in_notebook: bool) -> None:
