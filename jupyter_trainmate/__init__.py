@@ -148,6 +148,37 @@ is listed with the reason. Docstrings come from the markdown above each definiti
 `--execute --check-equivalence` runs the package's `run(Config())` and compares the numbers the
 notebook ended with (relative tolerance 1e-4): exit 2 when they differ.
 
+## `export()` and `bench()`: ready to deploy
+
+```python
+report = jupyter_trainmate.export(model, xb, "model.onnx", quantize="int8")
+table = jupyter_trainmate.bench(model, xb, batch_sizes=(1, 8, 32))
+```
+
+Also `%trainmate export model xb -o model.onnx [--quantize int8]` and `%trainmate bench model xb`
+in a notebook, and in a shell, on a `%%train` checkpoint and a package written by
+`trainmate refactor`: `trainmate export ckpt/step-....pt --model PKG.model:Net --example 1,3,32,32
+-o model.onnx` (`--example SHAPE[:DTYPE]` once per input), `trainmate bench model.onnx --example
+1,3,32,32`. Both need `pip install 'jupyter_trainmate[export]'` (onnx, onnxscript, onnxruntime).
+
+`export()` tries torch's dynamo exporter, then the same on the example repeated to batch 2, then
+the TorchScript exporter, and says which worked and each failed one's first error line; an
+operator no exporter supports is a one-line error naming it. The batch axis is dynamic, the
+model is one `.onnx` file (under 2 GB), and onnxruntime then runs the example and random inputs
+at batch sizes 1, 3 and 8 against the model in eval mode: per output the largest absolute and
+relative differences, passed at `|onnx - torch| <= 1e-5 + 1e-4 * |torch|`, else FAILED with the
+worst element. `quantize="int8"` adds onnxruntime's dynamic quantisation of MatMul/Gemm
+(convolutions stay float), the sizes before and after, and its differences from the float
+model; `validate=(loader, metric)` scores both. The files appear only once all of that is done
+(written in a staging folder, then moved), with the `ExportReport` as `model.export.json`.
+
+`bench()` times eager PyTorch, `torch.compile` and onnxruntime per precision (bf16 and fp16
+where the device has them; skipped rows say why) and batch size, in eval mode and
+`torch.inference_mode`, after a warm-up, with `torch.utils.benchmark.Timer.blocked_autorange`:
+p50/p95/p99 latency over the timed blocks, samples/s, peak memory (RSS on a CPU, the CUDA
+allocator's on a GPU), the compile time apart, and the graphs compiled inside the timed region
+(0, or the row is marked). The table ends with the fastest configuration at each batch size.
+
 ## In JupyterLab
 
 The package ships a prebuilt JupyterLab 4 extension (a sidebar panel) and a Jupyter server

@@ -382,3 +382,23 @@ def test_magic_bench_on_notebook_objects(
     assert "| eager | fp32 | 1 |" in out
     assert "| eager | fp32 | 2 |" in out
     assert "- batch 2: fastest is eager fp32" in out
+
+
+@pytest.mark.slow
+def test_deploy_notebook_trains_exports_quantises_and_benches(tmp_path: Path) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = Path(__file__).resolve().parent.parent / "notebooks" / "deploy.ipynb"
+    nb = nbformat.read(notebook, as_version=4)
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    last = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+    assert last.startswith("parity ok (dynamo, opset ")
+    assert "int8 " in last
+    assert "batch 64: fastest is" in last
+    saved = json.loads((tmp_path / "classifier.export.json").read_text())
+    assert saved["passed"] is True
+    assert saved["quantization"]["metric_int8"] is not None
+    assert (tmp_path / "classifier.int8.onnx").is_file()
