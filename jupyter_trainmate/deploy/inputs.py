@@ -158,11 +158,13 @@ def random_like(t: torch.Tensor, size: int, generator: torch.Generator | None) -
 
     shape = (size, *t.shape[1:])
     if t.dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=generator).bool()
-    if t.dtype.is_floating_point:
-        return torch.randn(shape, generator=generator, dtype=t.dtype)
-    low, high = (int(t.min()), int(t.max())) if t.numel() else (0, 1)
-    return torch.randint(low, high + 1, shape, generator=generator, dtype=t.dtype)
+        made = torch.randint(0, 2, shape, generator=generator).bool()
+    elif t.dtype.is_floating_point:
+        made = torch.randn(shape, generator=generator).to(t.dtype)
+    else:
+        low, high = (int(t.min()), int(t.max())) if t.numel() else (0, 1)
+        made = torch.randint(low, high + 1, shape, generator=generator, dtype=t.dtype)
+    return made.to(t.device)  # drawn on the CPU: the same values whatever the device
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from .report import ParityRow
 if TYPE_CHECKING:
     import numpy as np
     import onnxruntime
+    import torch
     from torch import nn
 
 
@@ -35,6 +36,16 @@ def session(path: Path, threads: int | None = None) -> onnxruntime.InferenceSess
         raise TrainmateError(f"onnxruntime cannot load {path}: {first_line(exc)}") from None
 
 
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor on any device and of any dtype as numpy (bf16/fp16 widened to float32)."""
+    import torch
+
+    tensor = tensor.detach().cpu()
+    if tensor.dtype in (torch.bfloat16, torch.float16):
+        tensor = tensor.float()
+    return tensor.numpy()
+
+
 def feeds(sess: onnxruntime.InferenceSession, example: Example) -> dict[str, np.ndarray]:
     """The example's tensors as onnxruntime inputs, by name (those the graph kept)."""
     tensors = dict(example.leaves())
@@ -44,7 +55,7 @@ def feeds(sess: onnxruntime.InferenceSession, example: Example) -> dict[str, np.
         raise TrainmateError(
             f"the ONNX model's inputs {missing} are not in the example's {sorted(tensors)}"
         )
-    return {name: tensors[name].detach().cpu().numpy() for name in wanted}
+    return {name: _numpy(tensors[name]) for name in wanted}
 
 
 def run(sess: onnxruntime.InferenceSession, example: Example) -> dict[str, np.ndarray]:
@@ -122,7 +133,8 @@ def check(
     rows: list[ParityRow] = []
     for label, inputs in input_sets(example, batch_sizes, dynamic_batch, seed):
         reference = run_reference(model, inputs)
-        rows += _rows(label, [(n, t.numpy()) for n, t in reference], run(sess, inputs), rtol, atol)
+        expected = [(name, _numpy(tensor)) for name, tensor in reference]
+        rows += _rows(label, expected, run(sess, inputs), rtol, atol)
     return tuple(rows)
 
 
