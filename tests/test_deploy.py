@@ -402,3 +402,25 @@ def test_deploy_notebook_trains_exports_quantises_and_benches(tmp_path: Path) ->
     assert saved["passed"] is True
     assert saved["quantization"]["metric_int8"] is not None
     assert (tmp_path / "classifier.int8.onnx").is_file()
+
+
+def test_bench_html_has_the_table_and_a_latency_chart() -> None:
+    from jupyter_trainmate.deploy.bench_report import BenchReport, BenchRow
+
+    rows = (
+        BenchRow("eager", "fp32", 1, 1.0, 1.2, 1.3, 1000.0, 300.0, timed_calls=10, blocks=10),
+        BenchRow("eager", "fp32", 8, 2.0, 2.2, 2.3, 4000.0, 300.0, timed_calls=10, blocks=10),
+        BenchRow("onnxruntime", "fp32", 1, 0.5, 0.6, 0.7, 2000.0, 300.0, timed_calls=10, blocks=10),
+        BenchRow("onnxruntime", "fp32", 8, 4.0, 4.1, 4.2, 2000.0, 300.0, timed_calls=10, blocks=10),
+        BenchRow("compile", "bf16", 1, skipped="this CPU has no bf16 instructions"),
+    )
+    report = BenchReport(rows, "CPU", 1, "peak RSS", 0.1, {})
+    assert report.verdicts() == [
+        "batch 1: fastest is onnxruntime fp32, 0.5 ms p50, 2,000 samples/s (2.00x eager fp32)",
+        "batch 8: fastest is eager fp32, 2 ms p50, 4,000 samples/s",
+    ]
+    page = report._repr_html_()
+    assert page.count("<tr>") == 6
+    assert "skipped: this CPU has no bf16 instructions" in page
+    assert page.count("<polyline") == 2  # eager fp32 and onnxruntime fp32 against batch size
+    assert "batch size" in page

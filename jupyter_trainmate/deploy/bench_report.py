@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from dataclasses import asdict, dataclass
 
@@ -81,24 +82,39 @@ class BenchReport:
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
 
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
     def __str__(self) -> str:
         return self.to_text()
 
+    def plot_svg(self) -> str:
+        """Latency (p50, ms) against batch size, one line per backend and precision, as SVG."""
+        from ..display.chart import line_chart
+
+        series: dict[str, list[tuple[float, float]]] = {}
+        for r in self.rows:
+            if r.p50_ms is not None:
+                series.setdefault(f"{r.backend} {r.precision}", []).append((r.batch_size, r.p50_ms))
+        return line_chart(series, width=480, height=200, x_label="batch size (p50 ms)")
+
+    def to_html(self) -> str:
+        """The table, the latency-against-batch-size chart and the verdicts, as HTML."""
+        lines = self._lines(markdown=False)
+        header, rows = HEADER, [_cells(r) for r in self.rows]
+        cell = "<td style='text-align:right'>{}</td>"
+        body = "".join(
+            "<tr>" + "".join(cell.format(html.escape(c)) for c in row) + "</tr>" for row in rows
+        )
+        head = "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in header) + "</tr>"
+        verdicts = "".join(f"<li>{html.escape(v)}</li>" for v in self.verdicts())
+        return (
+            f"<p><b>{html.escape(lines[0])}</b></p><table>{head}{body}</table>"
+            f"{self.plot_svg()}<ul>{verdicts}</ul>"
+        )
+
     def _lines(self, markdown: bool) -> list[str]:
-        header = [
-            "backend",
-            "precision",
-            "batch",
-            "p50 ms",
-            "p95 ms",
-            "p99 ms",
-            "samples/s",
-            "peak MB",
-            "compile s",
-            "recompiles",
-            "calls",
-            "note",
-        ]
+        header = HEADER
         body = [_cells(r) for r in self.rows]
         title = (
             f"Inference benchmark on {self.device}, {self.threads} thread(s), "
@@ -111,6 +127,22 @@ class BenchReport:
             "",
             *(f"- {line}" for line in self.verdicts()),
         ]
+
+
+HEADER = [
+    "backend",
+    "precision",
+    "batch",
+    "p50 ms",
+    "p95 ms",
+    "p99 ms",
+    "samples/s",
+    "peak MB",
+    "compile s",
+    "recompiles",
+    "calls",
+    "note",
+]
 
 
 def _number(value: float | None, digits: int = 3) -> str:
