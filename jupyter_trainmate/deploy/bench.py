@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import TrainmateError
 from .bench_report import BenchReport, BenchRow
 from .inputs import Example, eval_mode, make_example, run_reference
+from .measure import Memory, describe, measure_calls, precision_unsupported, versions
 
 if TYPE_CHECKING:
     from torch import nn
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 BACKENDS = ("eager", "compile", "onnxruntime")
 PRECISIONS = ("fp32", "bf16", "fp16")
 WARMUP_CALLS = 3
-MIN_BLOCKS = 10
 
 
 def bench(
@@ -62,13 +61,13 @@ def bench(
     inputs = make_example(model, example)
     run_reference(model, inputs)  # a one-line error now if the model does not run on it
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    memory = _Memory(device)
+    memory = Memory(device)
     rows: list[BenchRow] = []
     with tempfile.TemporaryDirectory(prefix="trainmate-bench-") as scratch:
         runners = _runners(model, inputs, backends, compile_mode, threads, onnx_path, scratch)
         for backend, runner in runners:
             for prec in precision:
-                why = runner.unsupported(prec, device) if runner else _why_not(backend, onnx_path)
+                why = runner.unsupported(prec, device) if runner else NO_ONNXRUNTIME
                 if runner is None or why:
                     rows += [BenchRow(backend, prec, b, skipped=why) for b in batch_sizes]
                     continue
@@ -76,11 +75,11 @@ def bench(
                     rows.append(runner.measure(prec, inputs.repeated(size), min_run_time, memory))
     return BenchReport(
         rows=tuple(rows),
-        device=_describe(device),
+        device=describe(device),
         threads=threads,
         memory=memory.what,
         min_run_time=min_run_time,
-        versions=_versions(),
+        versions=versions(),
     )
 
 
@@ -109,7 +108,7 @@ def bench_onnx(
             f"not {len(tensors)}"
         )
     inputs = Example(tensors, {}, names)
-    memory = _Memory(torch.device("cpu"))
+    memory = Memory(torch.device("cpu"))
     rows: list[BenchRow] = []
     for prec in precision:
         why = runner.unsupported(prec, torch.device("cpu"))
@@ -120,7 +119,7 @@ def bench_onnx(
                 else runner.measure(prec, inputs.repeated(size), min_run_time, memory)
             )
     return BenchReport(
-        tuple(rows), _describe(memory.device), threads, memory.what, min_run_time, _versions()
+        tuple(rows), describe(memory.device), threads, memory.what, min_run_time, versions()
     )
 
 
@@ -137,10 +136,10 @@ class _Torch:
         self.threads = threads
 
     def unsupported(self, precision: str, device: Any) -> str:
-        return _precision_unsupported(precision, device)
+        return precision_unsupported(precision, device)
 
     def measure(
-        self, precision: str, inputs: Example, min_run_time: float, memory: _Memory
+        self, precision: str, inputs: Example, min_run_time: float, memory: Memory
     ) -> BenchRow:
         import torch
         from torch._dynamo.utils import counters
@@ -172,7 +171,7 @@ class _Torch:
                 warmup_graphs = counters["stats"]["unique_graphs"] - graphs
                 memory.reset()
                 graphs = counters["stats"]["unique_graphs"]
-                timing = _timed(call, inputs.batch_size or 1, min_run_time, self.threads)
+                timing = measure_calls(call, inputs.batch_size or 1, min_run_time, self.threads)
                 recompiles = counters["stats"]["unique_graphs"] - graphs
         finally:
             torch.set_num_threads(previous)
@@ -210,7 +209,7 @@ class _Onnxruntime:
         return ""
 
     def measure(
-        self, precision: str, inputs: Example, min_run_time: float, memory: _Memory
+        self, precision: str, inputs: Example, min_run_time: float, memory: Memory
     ) -> BenchRow:
         from .parity import feeds
 
@@ -224,7 +223,7 @@ class _Onnxruntime:
         for _ in range(WARMUP_CALLS):
             call()
         memory.reset()
-        timing = _timed(call, inputs.batch_size or 1, min_run_time, self.threads)
+        timing = measure_calls(call, inputs.batch_size or 1, min_run_time, self.threads)
         return BenchRow(
             "onnxruntime",
             precision,
@@ -280,111 +279,4 @@ def _onnx_runner(
     return _Onnxruntime(Path(onnx_path), threads)
 
 
-def _why_not(backend: str, onnx_path: Any) -> str:
-    return "onnxruntime is not installed: pip install 'jupyter_trainmate[export]'"
-
-
-def _precision_unsupported(precision: str, device: Any) -> str:
-    import torch
-
-    if precision == "fp32":
-        return ""
-    if device.type == "cuda":
-        if precision == "bf16" and not torch.cuda.is_bf16_supported():
-            return "this GPU has no bf16"
-        return ""
-    if precision == "fp16":
-        return "fp16 on a CPU: no fast kernels, measured on GPUs only"
-    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        return "this CPU has no bf16 instructions (AVX512-BF16 or AMX)"
-    return ""
-
-
-@dataclass(frozen=True)
-class _Timing:
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    samples_per_s: float
-    timed_calls: int
-    blocks: int
-
-
-def _timed(call: Callable[[], None], batch: int, min_run_time: float, threads: int) -> _Timing:
-    """p50, p95, p99 (ms per call, over the blocks) and samples/s from `blocked_autorange`."""
-    import numpy as np
-    from torch.utils import benchmark
-
-    timer = benchmark.Timer(stmt="call()", globals={"call": call}, num_threads=threads)
-    measurement = timer.blocked_autorange(min_run_time=min_run_time)
-    per_block = measurement.number_per_run
-    blocks = list(measurement.times)
-    while len(blocks) < MIN_BLOCKS:  # percentiles need some blocks, however short the budget
-        blocks += timer.timeit(per_block).times
-    times = np.asarray(blocks) * 1e3
-    p50, p95, p99 = (float(np.percentile(times, q)) for q in (50, 95, 99))
-    return _Timing(p50, p95, p99, batch / (p50 / 1e3), len(times) * per_block, len(times))
-
-
-class _Memory:
-    """Peak memory of a row: the CUDA allocator's peak on a GPU, the process's peak RSS on a CPU.
-
-    On Linux the RSS high-water mark (VmHWM) is reset before each row by writing 5 to
-    /proc/self/clear_refs; where that is not possible the RSS after the row is reported instead.
-    """
-
-    def __init__(self, device: Any) -> None:
-        self.device = device
-        if device.type == "cuda":
-            self.what = "CUDA allocator peak"
-        elif _reset_hwm():
-            self.what = "process peak RSS (VmHWM, reset per row)"
-        else:
-            self.what = "process RSS after the row (no peak counter here)"
-
-    def reset(self) -> None:
-        import torch
-
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-        else:
-            _reset_hwm()
-
-    def peak_mb(self) -> float:
-        import psutil
-        import torch
-
-        if self.device.type == "cuda":
-            return torch.cuda.max_memory_allocated(self.device) / 2**20
-        status = Path("/proc/self/status")
-        if status.exists():
-            for line in status.read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-        return float(psutil.Process().memory_info().rss) / 2**20
-
-
-def _reset_hwm() -> bool:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
-
-
-def _describe(device: Any) -> str:
-    import torch
-
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} logical cores)"
-
-
-def _versions() -> dict[str, str]:
-    import importlib.metadata
-
-    found = {}
-    for package in ("torch", "onnxruntime"):
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            found[package] = importlib.metadata.version(package)
-    return found
+NO_ONNXRUNTIME = "onnxruntime is not installed: pip install 'jupyter_trainmate[export]'"
