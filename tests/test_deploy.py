@@ -424,3 +424,22 @@ def test_bench_html_has_the_table_and_a_latency_chart() -> None:
     assert "skipped: this CPU has no bf16 instructions" in page
     assert page.count("<polyline") == 2  # eager fp32 and onnxruntime fp32 against batch size
     assert "batch size" in page
+
+
+class BakedBatch(nn.Module):
+    """Runs at any batch size in PyTorch, but `int()` of a shape fixes it in an exported graph."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.arange(int(x.shape[0]), dtype=x.dtype).unsqueeze(1)
+
+
+def test_a_batch_axis_the_export_fixed_fails_parity_and_says_why(tmp_path: Path) -> None:
+    report = jupyter_trainmate.export(BakedBatch(), torch.randn(2, 4), tmp_path / "baked.onnx")
+    assert not report.passed
+    assert report.inputs[0].shape == (2, 4)
+    assert any("batch axis of input x is fixed at 2" in w for w in report.warnings)
+    failed = {r.inputs: r.worst for r in report.parity if not r.passed}
+    assert set(failed) == {"random (batch 1)", "random (batch 3)", "random (batch 8)"}
+    assert failed["random (batch 3)"].startswith("onnxruntime fails on inputs of batch size 3")
+    assert "FAILED" in report.to_text()
+    assert (tmp_path / "baked.onnx").is_file()  # written: the report is the user's to read

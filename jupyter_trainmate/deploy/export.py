@@ -107,6 +107,8 @@ def export_prepared(
                 model, inputs, target, [n for n, _ in reference], dynamic_batch, opset
             )
         specs, used_opset = _check(target)
+        if dynamic_batch:
+            caught += _fixed_batch(inputs, specs[0])
         sess = parity.session(target)
         rows = parity.check(
             model,
@@ -277,6 +279,18 @@ def _torchscript(
         external_data=external,
         verbose=False,
     )
+
+
+def _fixed_batch(inputs: Example, specs: tuple[TensorSpec, ...]) -> list[str]:
+    """A warning per batched input whose first axis the exported graph fixed to a number."""
+    is_batched = _batched(inputs)
+    batched = {name for name, tensor in inputs.leaves() if is_batched(tensor)}
+    return [
+        f"the batch axis of input {spec.name} is fixed at {spec.shape[0]} in the ONNX graph: "
+        "the model specialises it (a Python int taken from a shape, a reshape to a constant)"
+        for spec in specs
+        if spec.name in batched and spec.shape and not isinstance(spec.shape[0], str)
+    ]
 
 
 def _check(target: Path) -> tuple[tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]], int]:
