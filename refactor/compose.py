@@ -160,6 +160,7 @@ class Composer:
                         tuple(train.returns),
                         (),
                         False,
+                        trains=True,
                     )
                 )
                 self.places.append((cell.number, f"{plan.package}.train.{train.name}"))
@@ -216,6 +217,7 @@ class Composer:
                     results(node, item.binds),
                     is_display(node),
                     built(node),
+                    trains=".backward(" in code,
                 )
             )
             bound |= set(item.binds)

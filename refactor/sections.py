@@ -68,6 +68,7 @@ class Unit:
     results: tuple[str, ...]  # what it binds that the notebook ends with as a result
     display: bool
     built: tuple[str, ...] = ()  # `ds = Dataset(...)`: a result only if nothing after uses it
+    trains: bool = False  # a `%%train` cell or a loop calling backward(): what it reads is trained
 
 
 @dataclass(frozen=True)
@@ -159,9 +160,11 @@ def cut(
             continue
         for position, unit in enumerate(group):
             later = {n for u in group[position + 1 :] for n in u.reads}
+            trained = {n for u in group[position:] if u.trains for n in u.reads}
             for name in unit.results:
-                if name in unit.built and name in later:
+                if name in unit.built and name in later and name not in trained:
                     continue  # an object built to be used, and used: not a result
+                # (what a training loop reads, the model above all, is what the notebook made)
                 if owner.get(name) == index and not name.startswith("_"):
                     returns[index].setdefault(name, None)
     out: list[Section] = []
