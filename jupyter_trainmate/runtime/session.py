@@ -92,12 +92,13 @@ class TrainSession:
         steps = self._steps
         self.accumulation = Accumulation(options.accumulate)
         self.guards = Guards(options, namespace, steps=steps, report=report)
-        # `with __trainmate__.oom_guard:` in batch loops, and `__trainmate__.parts(batch, names)`:
+        # `__trainmate__.parts(batch, names)` and `except __trainmate__.oom_errors:` in batch loops:
         # the batch once; after an out-of-memory error, again as micro-batches (see `oom`).
         self.oom_guard = OutOfMemoryRetry(
             self.accumulation, steps=steps, report=report, drop_gradients=self._drop_gradients
         )
         self.parts = self.oom_guard.parts  # bound once: it runs on every step
+        self.oom_errors = (torch.OutOfMemoryError,)  # what the retry point's `except` catches
         self.stepping = Stepping(
             namespace, self.scaler, self.accumulation, self.oom_guard, self.guards, options.clip
         )
