@@ -72,9 +72,7 @@ def _namespace(steps: int) -> dict[str, Any]:
 
 def _session(namespace: dict[str, Any], line: str = "") -> TrainSession:
     facts = rewrite_cell(LOOP, namespace).merged_facts()
-    return TrainSession(
-        parse_options(line), namespace, own_amp=facts.own_amp, saw_backward=True
-    )
+    return TrainSession(parse_options(line), namespace, own_amp=facts.own_amp, saw_backward=True)
 
 
 @contextlib.contextmanager
@@ -100,7 +98,7 @@ def _paired(plain: Callable[[], None], train: Callable[[], None], n: int, repeat
 
 
 def _exec(code: Any, namespace: dict[str, Any]) -> Callable[[], None]:
-    return lambda: exec(code, namespace)  # noqa: S102 - the benchmark's own loops
+    return lambda: exec(code, namespace)
 
 
 def parts(n: int, repeats: int) -> dict[str, float]:
@@ -245,7 +243,7 @@ def cuda_calls(steps: int = 1000) -> dict[str, float]:
         calls.clear()
         session.start()
         try:
-            exec(code, ns)  # noqa: S102 - the benchmark's own loop
+            exec(code, ns)
             for _ in range(8):  # the display's reads of the run, a few times
                 session.progress()
         finally:
@@ -257,7 +255,9 @@ def cuda_calls(steps: int = 1000) -> dict[str, float]:
 def main(n: int = 20000, repeats: int = 15) -> dict[str, Any]:
     torch.set_num_threads(1)
     figures = parts(n, repeats)
-    print(f"step path, CPU: ns per step over plain calls (thread CPU time, median of {repeats} pairs of {n} steps)")
+    print(
+        f"step path, CPU: ns per step over plain calls (thread CPU time, median of {repeats} pairs of {n} steps)"
+    )
     for name, value in figures.items():
         print(f"  {name:45s} {value:8.0f} ns")
     counted = cuda_calls()

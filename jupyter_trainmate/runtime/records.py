@@ -64,6 +64,7 @@ def hyperparameters(
 ) -> dict[str, Any]:
     """What the run's objects say about it: learning rates, optimizer and scheduler names, sizes."""
     import torch  # here: reading records (`trainmate runs`, the refactor's docs) needs no torch
+
     optimizers, schedulers, params = {}, {}, 0
     trained: set[int] = set()
     for name, value in namespace.items():
