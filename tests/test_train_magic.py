@@ -12,8 +12,9 @@ from IPython.core.error import UsageError
 from torch.optim.optimizer import _global_optimizer_post_hooks
 
 from jupyter_trainmate import last_run
+from jupyter_trainmate.runtime.prefetch import thread_safe_loader
 
-from .train_harness import COMMON, fresh_shell, run, weights
+from .train_harness import COMMON, assert_parity, fresh_shell, run, weights
 
 LOOP = """
 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (1 + step))
@@ -535,3 +536,28 @@ def test_traceback_through_a_rewritten_method_names_its_cell_line() -> None:
     summary = last_run()
     assert summary is not None
     assert summary.steps == 1
+
+
+AUGMENTING = """
+class Jitter(torch.utils.data.Dataset):
+    def __len__(self):
+        return len(x)
+    def __getitem__(self, i):
+        return x[i] + 0.01 * torch.randn(8), y[i]  # random augmentation: draws from torch
+loader = DataLoader(Jitter(), batch_size=32, shuffle=True)
+"""
+
+
+def test_prefetch_auto_loads_on_a_thread_when_loading_draws_nothing_bit_identical() -> None:
+    """Shuffle on, dropout in the model: the sampler's draw and the model's stay in order."""
+    summary, _ = assert_parity([COMMON, LOOP])
+    assert summary.prefetch == "thread"
+    assert any("--prefetch auto: loading on a thread" in e for e in summary.events)
+
+
+def test_prefetch_auto_keeps_a_loader_that_draws_on_the_training_thread() -> None:
+    summary, ip = assert_parity([COMMON + AUGMENTING, LOOP])
+    assert summary.prefetch == "off"
+    session_note = thread_safe_loader(ip.user_ns["loader"])
+    assert session_note is not None
+    assert "draws random numbers (torch" in session_note

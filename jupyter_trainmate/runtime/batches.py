@@ -22,7 +22,7 @@ from .batch import batch_size
 from .device import Placement
 from .guarding import Guards
 from .loader import LoaderInfo, loader_info
-from .prefetch import CudaPrefetcher, ThreadPrefetcher
+from .prefetch import CudaPrefetcher, FirstOnThisThread, ThreadPrefetcher, thread_safe_loader
 from .resume import Checkpoints
 from .timing import StepTimer
 from .tune import LoaderTuner, tunable
@@ -76,7 +76,11 @@ class Batches:
         guards: Guards,
         report: Callable[[str], None],
     ) -> None:
-        self.prefetch_mode = prefetch  # "cuda" | "thread" | "off", resolved by `Placement`
+        self.prefetch_mode = prefetch  # "cuda" | "thread" | "off" | "auto" (CPU), by `Placement`
+        # what `auto` did: "thread" once a loader was fetched on a thread, else "off", and why
+        self.prefetch_used = "off" if prefetch == "auto" else prefetch
+        self.prefetch_note: str | None = None
+        self._probed: dict[int, str | None] = {}
         self._tune_loader = tune_loader
         self._placement = placement
         self._timer = timer
@@ -175,6 +179,19 @@ class Batches:
                 return CudaPrefetcher(iterable, self._placement.device)
         elif mode == "thread":
             return ThreadPrefetcher(iterable)
+        elif mode == "auto" and isinstance(iterable, torch.utils.data.DataLoader):
+            key = id(iterable)
+            if key not in self._probed:
+                self._probed[key] = why = thread_safe_loader(iterable)
+                if why is None:
+                    self.prefetch_used = "thread"
+                    self._report(
+                        "--prefetch auto: loading on a thread (it draws no random numbers)"
+                    )
+                elif self.prefetch_note is None:
+                    self.prefetch_note = why
+            if self._probed[key] is None:
+                return FirstOnThisThread(iterable)
         return iter(iterable)
 
     def _iterate(

@@ -8,7 +8,8 @@ Prefetch batches so the training step does not wait for them.
   when the loader did not pin them (timm's PrefetchLoader is the reference design).
 - `ThreadPrefetcher`: produces batches on a background thread into a bounded queue. It changes
   the order of draws from the global torch RNG when the dataset or sampler draws from it while
-  the model does too (dropout), so it is opt-in (`--prefetch thread`), never a default.
+  the model does too (dropout), so `--prefetch thread` is opt-in; `--prefetch auto` uses a thread
+  on the CPU only when `thread_safe_loader` finds that loading draws no random numbers.
 
 Both are iterators that can be closed early (`close()`), and both re-raise, in the training
 thread, an exception raised by the loader.
@@ -17,6 +18,8 @@ thread, an exception raised by the loader.
 from __future__ import annotations
 
 import queue
+import random
+import sys
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -75,11 +78,12 @@ class CudaPrefetcher:
 class ThreadPrefetcher:
     """Iterate `loader` on a background thread, keeping up to `depth` batches ready."""
 
-    def __init__(self, loader: Iterable[Any], depth: int = 2) -> None:
+    def __init__(self, loader: Iterable[Any], depth: int = 2, *, started: bool = False) -> None:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        # iter() runs here, in the caller's thread, as it would in the plain loop.
-        self._it = iter(loader)
+        # iter() runs here, in the caller's thread, as it would in the plain loop (`started`:
+        # `loader` is already an iterator the caller made).
+        self._it = loader if started else iter(loader)
         self._thread = threading.Thread(
             target=self._produce, name="trainmate-prefetch", daemon=True
         )
@@ -136,3 +140,124 @@ class ThreadPrefetcher:
 class _Failure:
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
+
+
+# -- `--prefetch auto` on the CPU: a thread when loading draws no random numbers ------------------
+
+PROBE_SAMPLES = 4  # samples fetched and collated by the probe (they are fetched again in the run)
+
+
+def _rng_states() -> tuple[Any, ...]:
+    """The global generators a dataset may draw from: torch's, Python's, NumPy's if imported."""
+    numpy = sys.modules.get("numpy")
+    return (
+        torch.get_rng_state(),
+        random.getstate(),
+        numpy.random.get_state() if numpy is not None else None,
+    )
+
+
+def _set_rng_states(states: tuple[Any, ...]) -> None:
+    torch.set_rng_state(states[0])
+    random.setstate(states[1])
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and states[2] is not None:
+        numpy.random.set_state(states[2])
+
+
+def _changed(before: tuple[Any, ...], after: tuple[Any, ...]) -> str | None:
+    """Which generator moved between two `_rng_states()` (None: none did)."""
+    if not torch.equal(before[0], after[0]):
+        return "torch"
+    if before[1] != after[1]:
+        return "Python's random"
+    if before[2] is not None and after[2] is not None:
+        a, b = before[2], after[2]
+        if a[0] != b[0] or a[2:] != b[2:] or not (a[1] == b[1]).all():
+            return "NumPy"
+    return None
+
+
+def thread_safe_loader(loader: object) -> str | None:
+    """Whether a thread may fetch this loader's batches without changing any result: None when
+    it may, else why not (what `--prefetch auto` reports).
+
+    A thread changes results only through random draws: the training thread draws too (dropout,
+    the model's own sampling), and two threads drawing from one global generator interleave in
+    an order that varies from run to run. So the probe fetches and collates a few samples, as the
+    loader would, and checks that the global torch, Python and NumPy generators did not move; it
+    also checks that the sampler draws only once per pass (at its first batch, which the thread
+    prefetcher fetches on the training thread). Every generator is put back as it was, so the
+    probe itself changes nothing. A DataLoader with workers (they load in other processes), an
+    IterableDataset (it cannot be fetched without consuming it) and anything that is not a
+    DataLoader (in-memory batches: nothing to overlap) keep loading on the training thread.
+    """
+    if not isinstance(loader, torch.utils.data.DataLoader):
+        return "not a DataLoader"
+    if loader.num_workers > 0:
+        return "its workers already load in other processes"
+    if isinstance(loader.dataset, torch.utils.data.IterableDataset):
+        return "an IterableDataset cannot be probed without consuming it"
+    saved = _rng_states()
+    try:
+        indices: list[Any]
+        if loader.batch_sampler is not None:
+            order = iter(loader.batch_sampler)
+            first = next(order, None)
+            if first is None:
+                return "it is empty"
+            drawn = _rng_states()
+            next(order, None)
+            if _changed(drawn, _rng_states()):
+                return "its sampler draws random numbers at every batch"
+            indices = list(first)[:PROBE_SAMPLES]
+        else:
+            order = iter(loader.sampler)
+            indices = [next(order)]
+        before = _rng_states()
+        samples = [loader.dataset[i] for i in indices]
+        if loader.batch_sampler is not None:
+            loader.collate_fn(samples)
+        else:
+            loader.collate_fn(samples[0])
+        moved = _changed(before, _rng_states())
+        if moved is not None:
+            return f"fetching its samples draws random numbers ({moved}: augmentation?)"
+        return None
+    except Exception as error:  # a probe must never break the run: load as the plain loop does
+        return f"the probe could not fetch a sample ({type(error).__name__})"
+    finally:
+        _set_rng_states(saved)
+
+
+class FirstOnThisThread:
+    """A thread prefetcher whose first batch is fetched on the training thread.
+
+    A sampler draws its order from the global generator at its first batch (RandomSampler does,
+    lazily): fetched here, that draw keeps its place between the loop's `iter()` and its body,
+    as in the plain loop; the rest comes from the thread.
+    """
+
+    def __init__(self, loader: Iterable[Any]) -> None:
+        self._it = iter(loader)
+        self._first: Any = next(self._it, _DONE)
+        self._rest: ThreadPrefetcher | None = (
+            ThreadPrefetcher(self._it, started=True) if self._first is not _DONE else None
+        )
+
+    def __iter__(self) -> FirstOnThisThread:
+        return self
+
+    def __next__(self) -> Any:
+        first = self._first
+        if first is not _DONE:
+            self._first = _DONE
+            return first
+        if self._rest is None:
+            raise StopIteration
+        return next(self._rest)
+
+    def close(self) -> None:
+        self._first = _DONE
+        if self._rest is not None:
+            self._rest.close()

@@ -66,7 +66,6 @@ class TrainSession:
         self._namespace = namespace
         placement = Placement(options.device, options.prefetch, namespace)
         self.device = placement.device
-        self.prefetch_mode = placement.prefetch_mode
         if own_amp:
             self.amp = AmpPolicy(
                 "off", self.device.type, "the cell brings its own autocast/GradScaler"
@@ -81,7 +80,7 @@ class TrainSession:
             self.timer,
             device=str(self.device),
             amp=self.amp,
-            prefetch=self.prefetch_mode,
+            prefetch=placement.prefetch_mode,
             accumulate=options.accumulate,
             instrumented=instrumented,
             left_alone=left_alone,
@@ -107,7 +106,7 @@ class TrainSession:
             options, namespace, self.accumulation, self.scaler, steps=steps, report=report
         )
         self._batches = Batches(
-            prefetch=self.prefetch_mode,
+            prefetch=placement.prefetch_mode,
             tune_loader=options.tune_loader,
             placement=placement,
             timer=self.timer,
@@ -141,6 +140,17 @@ class TrainSession:
     @property
     def loader_info(self) -> LoaderInfo | None:
         return self._batches.loader_info
+
+    @property
+    def prefetch_mode(self) -> str:
+        """How batches were loaded: "cuda", "thread" or "off" (`auto` on the CPU: "thread" once a
+        loader was found to draw no random numbers)."""
+        return self._batches.prefetch_used
+
+    @property
+    def prefetch_note(self) -> str | None:
+        """Why `--prefetch auto` kept a loader on the training thread."""
+        return self._batches.prefetch_note
 
     @property
     def epochs_total(self) -> int | None:
