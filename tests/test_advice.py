@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from jupyter_trainmate.display.advice import LoaderInfo, Measurements, advise
+from jupyter_trainmate.runtime.prefetch import RESULTS_CHANGE
 
 LOADER = LoaderInfo(
     num_workers=0, pin_memory=False, persistent_workers=False, prefetch_factor=None, batch_size=32
@@ -101,8 +102,9 @@ def test_data_wait_says_why_prefetch_auto_kept_loading_on_the_training_thread() 
         loader=LOADER,
         cpus=2,
         prefetch="off",
-        prefetch_note="fetching its samples draws random numbers (torch: augmentation?)",
+        prefetch_note="fetching its samples draws random numbers (torch: augmentation?); "
+        + RESULTS_CHANGE,
     )
     text = rules(m)["data-wait"]
     assert "--prefetch auto loads on the training thread: fetching its samples draws" in text
-    assert "--prefetch thread would overlap loading" in text
+    assert "--prefetch thread would overlap loading with compute, but" in text

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -13,7 +14,7 @@ from jupyter_trainmate.runtime.prefetch import (
     CudaPrefetcher,
     FirstOnThisThread,
     ThreadPrefetcher,
-    thread_safe_loader,
+    auto_thread,
 )
 
 
@@ -94,6 +95,7 @@ class _Augmenting(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
             return self.x[i] * random.random(), self.x[i, 0]
         if self.draw == "numpy":
             return self.x[i] * float(np.random.rand()), self.x[i, 0]
+        time.sleep(0.0005)  # waits, as reading a file would
         return self.x[i], self.x[i, 0]
 
 
@@ -111,23 +113,24 @@ def test_probe_sees_draws_while_fetching_and_puts_every_generator_back(
 ) -> None:
     loader = DataLoader(_Augmenting(draw), batch_size=8, shuffle=True)
     states = (torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy())
-    why = thread_safe_loader(loader)
+    why = auto_thread(loader)
     assert why is None if expected is None else why is not None and why.startswith(expected)
     assert torch.equal(states[0], torch.get_rng_state())
     assert states[1] == random.getstate()
     assert (states[2] == np.random.get_state()[1]).all()
 
 
-def test_probe_keeps_workers_iterable_datasets_and_plain_lists_on_the_training_thread() -> None:
+def test_probe_keeps_cpu_bound_loading_workers_iterable_datasets_and_lists_on_this_thread() -> None:
     data = TensorDataset(torch.zeros(8, 2))
-    assert thread_safe_loader(DataLoader(data, num_workers=2)) is not None
-    assert thread_safe_loader([torch.zeros(2)]) == "not a DataLoader"
+    assert "CPU work on this thread" in (auto_thread(DataLoader(data, batch_size=4)) or "")
+    assert auto_thread(DataLoader(data, num_workers=2)) is not None
+    assert auto_thread([torch.zeros(2)]) == "not a DataLoader"
 
     class Stream(torch.utils.data.IterableDataset[torch.Tensor]):
         def __iter__(self) -> Iterator[torch.Tensor]:
             yield torch.zeros(2)
 
-    assert "IterableDataset" in (thread_safe_loader(DataLoader(Stream())) or "")
+    assert "IterableDataset" in (auto_thread(DataLoader(Stream())) or "")
 
 
 def test_first_batch_comes_from_the_training_thread_and_the_rest_in_order() -> None:

@@ -12,7 +12,7 @@ from IPython.core.error import UsageError
 from torch.optim.optimizer import _global_optimizer_post_hooks
 
 from jupyter_trainmate import last_run
-from jupyter_trainmate.runtime.prefetch import thread_safe_loader
+from jupyter_trainmate.runtime.prefetch import auto_thread
 
 from .train_harness import COMMON, assert_parity, fresh_shell, run, weights
 
@@ -538,26 +538,35 @@ def test_traceback_through_a_rewritten_method_names_its_cell_line() -> None:
     assert summary.steps == 1
 
 
-AUGMENTING = """
-class Jitter(torch.utils.data.Dataset):
+WAITING = """
+import time
+class Files(torch.utils.data.Dataset):
     def __len__(self):
         return len(x)
     def __getitem__(self, i):
-        return x[i] + 0.01 * torch.randn(8), y[i]  # random augmentation: draws from torch
-loader = DataLoader(Jitter(), batch_size=32, shuffle=True)
+        time.sleep(0.0002)  # waits, as reading a file would
+        return x[i], y[i]
+loader = DataLoader(Files(), batch_size=32, shuffle=True)
 """
+AUGMENTING = WAITING.replace("return x[i], y[i]", "return x[i] + 0.01 * torch.randn(8), y[i]")
 
 
-def test_prefetch_auto_loads_on_a_thread_when_loading_draws_nothing_bit_identical() -> None:
+def test_prefetch_auto_loads_on_a_thread_when_loading_waits_and_draws_nothing() -> None:
     """Shuffle on, dropout in the model: the sampler's draw and the model's stay in order."""
-    summary, _ = assert_parity([COMMON, LOOP])
+    summary, _ = assert_parity([COMMON + WAITING, LOOP])
     assert summary.prefetch == "thread"
     assert any("--prefetch auto: loading on a thread" in e for e in summary.events)
 
 
 def test_prefetch_auto_keeps_a_loader_that_draws_on_the_training_thread() -> None:
+    assert AUGMENTING != WAITING
     summary, ip = assert_parity([COMMON + AUGMENTING, LOOP])
     assert summary.prefetch == "off"
-    session_note = thread_safe_loader(ip.user_ns["loader"])
-    assert session_note is not None
-    assert "draws random numbers (torch" in session_note
+    note = auto_thread(ip.user_ns["loader"])
+    assert note is not None
+    assert "draws random numbers (torch" in note
+
+
+def test_prefetch_auto_keeps_in_memory_loading_on_the_training_thread() -> None:
+    summary, _ = assert_parity([COMMON, LOOP])
+    assert summary.prefetch == "off"

@@ -67,11 +67,7 @@ def _data_wait(m: Measurements) -> list[Advice]:
             tips.append("pin_memory=True speeds host-to-GPU copies")
     if m.device_type == "cpu" and m.prefetch == "off":
         if m.prefetch_note is not None:
-            tips.append(
-                f"--prefetch auto loads on the training thread: {m.prefetch_note}; "
-                "%%train --prefetch thread would overlap loading with compute, but the loader's "
-                "and the model's random draws would then interleave differently from run to run"
-            )
+            tips.append(f"--prefetch auto loads on the training thread: {m.prefetch_note}")
         else:
             tips.append(
                 "%%train --prefetch thread overlaps loading with compute "

@@ -22,7 +22,7 @@ from .batch import batch_size
 from .device import Placement
 from .guarding import Guards
 from .loader import LoaderInfo, loader_info
-from .prefetch import CudaPrefetcher, FirstOnThisThread, ThreadPrefetcher, thread_safe_loader
+from .prefetch import CudaPrefetcher, FirstOnThisThread, ThreadPrefetcher, auto_thread
 from .resume import Checkpoints
 from .timing import StepTimer
 from .tune import LoaderTuner, tunable
@@ -182,7 +182,7 @@ class Batches:
         elif mode == "auto" and isinstance(iterable, torch.utils.data.DataLoader):
             key = id(iterable)
             if key not in self._probed:
-                self._probed[key] = why = thread_safe_loader(iterable)
+                self._probed[key] = why = auto_thread(iterable)
                 if why is None:
                     self.prefetch_used = "thread"
                     self._report(

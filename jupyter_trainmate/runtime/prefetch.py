@@ -9,7 +9,7 @@ Prefetch batches so the training step does not wait for them.
 - `ThreadPrefetcher`: produces batches on a background thread into a bounded queue. It changes
   the order of draws from the global torch RNG when the dataset or sampler draws from it while
   the model does too (dropout), so `--prefetch thread` is opt-in; `--prefetch auto` uses a thread
-  on the CPU only when `thread_safe_loader` finds that loading draws no random numbers.
+  on the CPU only when `auto_thread` finds that loading waits and draws no random numbers.
 
 Both are iterators that can be closed early (`close()`), and both re-raise, in the training
 thread, an exception raised by the loader.
@@ -21,6 +21,7 @@ import queue
 import random
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -145,6 +146,7 @@ class _Failure:
 # -- `--prefetch auto` on the CPU: a thread when loading draws no random numbers ------------------
 
 PROBE_SAMPLES = 4  # samples fetched and collated by the probe (they are fetched again in the run)
+MIN_WAIT_S = 0.0002  # a batch that loads faster than this has nothing worth overlapping
 
 
 def _rng_states() -> tuple[Any, ...]:
@@ -178,26 +180,40 @@ def _changed(before: tuple[Any, ...], after: tuple[Any, ...]) -> str | None:
     return None
 
 
-def thread_safe_loader(loader: object) -> str | None:
-    """Whether a thread may fetch this loader's batches without changing any result: None when
-    it may, else why not (what `--prefetch auto` reports).
+RESULTS_CHANGE = (
+    "%%train --prefetch thread would overlap loading with compute, but the loader's random "
+    "draws and the model's would interleave differently from run to run (results change)"
+)
 
-    A thread changes results only through random draws: the training thread draws too (dropout,
-    the model's own sampling), and two threads drawing from one global generator interleave in
-    an order that varies from run to run. So the probe fetches and collates a few samples, as the
-    loader would, and checks that the global torch, Python and NumPy generators did not move; it
-    also checks that the sampler draws only once per pass (at its first batch, which the thread
-    prefetcher fetches on the training thread). Every generator is put back as it was, so the
-    probe itself changes nothing. A DataLoader with workers (they load in other processes), an
-    IterableDataset (it cannot be fetched without consuming it) and anything that is not a
-    DataLoader (in-memory batches: nothing to overlap) keep loading on the training thread.
+
+def auto_thread(loader: object) -> str | None:
+    """Whether `--prefetch auto` loads this loader's batches on a thread: None when it does,
+    else why not (the advice shows it).
+
+    A thread must change no result, and it changes results only through random draws: the
+    training thread draws too (dropout, the model's own sampling), and two threads drawing from
+    one global generator interleave in an order that varies from run to run. So the probe
+    fetches and collates a few samples, as the loader would, and checks that the global torch,
+    Python and NumPy generators did not move; it also checks that the sampler draws only once per
+    pass (at its first batch, which `FirstOnThisThread` fetches on the training thread). Every
+    generator is put back as it was, so the probe itself changes nothing.
+
+    A thread must also pay: it overlaps loading only where loading waits (files, the network)
+    and lets go of the GIL; loading that is Python work on this thread would only take turns
+    with the training step. So the probe times its fetch in wall and thread CPU time, and a
+    loader whose fetch is mostly CPU work stays on the training thread. A DataLoader with workers
+    (they load in other processes), an IterableDataset (it cannot be fetched without consuming
+    it) and anything that is not a DataLoader (in-memory batches) stay there too.
     """
     if not isinstance(loader, torch.utils.data.DataLoader):
         return "not a DataLoader"
     if loader.num_workers > 0:
         return "its workers already load in other processes"
     if isinstance(loader.dataset, torch.utils.data.IterableDataset):
-        return "an IterableDataset cannot be probed without consuming it"
+        return (
+            "an IterableDataset cannot be probed without consuming it; --prefetch thread "
+            "overlaps loading (results change only if loading draws random numbers)"
+        )
     saved = _rng_states()
     try:
         indices: list[Any]
@@ -209,20 +225,26 @@ def thread_safe_loader(loader: object) -> str | None:
             drawn = _rng_states()
             next(order, None)
             if _changed(drawn, _rng_states()):
-                return "its sampler draws random numbers at every batch"
+                return f"its sampler draws random numbers at every batch; {RESULTS_CHANGE}"
+            batch = len(first)
             indices = list(first)[:PROBE_SAMPLES]
         else:
-            order = iter(loader.sampler)
-            indices = [next(order)]
+            batch = 1
+            indices = [next(iter(loader.sampler))]
         before = _rng_states()
+        wall, cpu = time.perf_counter(), time.thread_time()
         samples = [loader.dataset[i] for i in indices]
-        if loader.batch_sampler is not None:
-            loader.collate_fn(samples)
-        else:
-            loader.collate_fn(samples[0])
+        loader.collate_fn(samples if loader.batch_sampler is not None else samples[0])
+        wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
         moved = _changed(before, _rng_states())
         if moved is not None:
-            return f"fetching its samples draws random numbers ({moved}: augmentation?)"
+            return f"fetching its samples draws random numbers ({moved}: augmentation?); {RESULTS_CHANGE}"
+        per_batch = wall * batch / len(indices)
+        if wall - cpu < wall / 2 or per_batch < MIN_WAIT_S:
+            return (
+                f"its loading is CPU work on this thread (about {per_batch * 1e3:.2f} ms a batch): "
+                "a thread would take turns with the step for the GIL; num_workers loads in parallel"
+            )
         return None
     except Exception as error:  # a probe must never break the run: load as the plain loop does
         return f"the probe could not fetch a sample ({type(error).__name__})"
