@@ -119,6 +119,11 @@ class TrainSession:
         self.next_batch = self._batches.next_batch
         self._backwards = 0
         self._last_loss: Any = None
+        # backward() with nothing to do but count: no loss guard, no scaler, no accumulation
+        # (checked once here; a micro-batch after out-of-memory is checked per call)
+        self._plain_backward = (
+            not self.guards.watch_losses and self.scaler is None and options.accumulate == 1
+        )
         self._exit = contextlib.ExitStack()
 
     def _steps(self) -> int:
@@ -216,6 +221,10 @@ class TrainSession:
         if not isinstance(loss, torch.Tensor):  # torch.autograd.backward(...) and the like
             return loss.backward(*args, **kwargs)
         self._last_loss = loss  # read (and synchronised) only by the status writer, 1/s
+        if self._plain_backward and self.oom_guard.count == 1:
+            self.accumulation.pending += 1
+            self._backwards += 1
+            return loss.backward(*args, **kwargs)
         guards = self.guards
         if guards.watch_losses and not guards.loss_ok(loss):
             return None
