@@ -224,7 +224,7 @@ class TrainSession:
         if self._plain_backward and self.oom_guard.count == 1:
             self.accumulation.pending += 1
             self._backwards += 1
-            return loss.backward(*args, **kwargs)
+            return loss.backward(*args, **kwargs)  # type: ignore[no-untyped-call]
         guards = self.guards
         if guards.watch_losses and not guards.loss_ok(loss):
             return None
