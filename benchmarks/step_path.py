@@ -151,6 +151,49 @@ def parts(n: int, repeats: int) -> dict[str, float]:
     return result
 
 
+REAL_SETUP = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+batches = [(torch.randn(64, 64), torch.randint(0, 10, (64,))) for _ in range(STEPS)]
+model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+loss_fn = nn.CrossEntropyLoss()
+"""
+REAL_LOOP = """
+for xb, yb in batches:
+    opt.zero_grad()
+    loss = loss_fn(model(xb), yb)
+    loss.backward()
+    opt.step()
+"""
+
+
+def in_a_real_step(steps: int, repeats: int) -> dict[str, float]:
+    """The batch wrapper and the whole step path around a real small step (the train_overhead
+    model: a 64-128-10 MLP, batch 64): the step evicts the wrapper's code and objects from the
+    caches, so each part costs several times its tight-loop figure. ns per step."""
+    ns: dict[str, Any] = {}
+    exec(REAL_SETUP.replace("STEPS", str(steps)), ns)
+    session = _session(ns)
+    ns["__trainmate__"] = session
+    result = {}
+    plain = compile(REAL_LOOP, "<plain>", "exec")
+    wrapped = REAL_LOOP.replace("in batches", "in __trainmate__.batches(batches)")
+    rewritten = rewrite_cell(REAL_LOOP, ns).code
+    with _running(session):
+        result["batch wrapper (iteration, timing, counts)"] = _paired(
+            _exec(plain, ns), _exec(compile(wrapped, "<train>", "exec"), ns), steps, repeats
+        )
+        result["whole step (rewritten loop)"] = _paired(
+            _exec(plain, ns),
+            _exec(compile_rewritten(rewritten, REAL_LOOP, "<train>"), ns),
+            steps,
+            repeats,
+        )
+    return result
+
+
 # -- CUDA calls, counted -------------------------------------------------------------------------
 
 
@@ -260,11 +303,17 @@ def main(n: int = 20000, repeats: int = 15) -> dict[str, Any]:
     )
     for name, value in figures.items():
         print(f"  {name:45s} {value:8.0f} ns")
+    real = in_a_real_step(500, max(repeats * 2, 21))
+    print(
+        f"in a real step (64-128-10 MLP, batch 64; median of {max(repeats * 2, 21)} pairs of 500 steps)"
+    )
+    for name, value in real.items():
+        print(f"  {name:45s} {value:8.0f} ns")
     counted = cuda_calls()
     print("step path, CUDA (counted, not timed): CUDA calls per step, default options")
     for name, value in counted.items():
         print(f"  {name:45s} {value:8.3f}")
-    return {"cpu_ns": figures, "cuda_calls": counted}
+    return {"cpu_ns": figures, "real_step_ns": real, "cuda_calls": counted}
 
 
 if __name__ == "__main__":

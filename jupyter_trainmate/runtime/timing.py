@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+_clock: Callable[[], float] = time.perf_counter  # tests replace it to script the time
 POINTS_PER_S = 32  # timed points a second (the display reads 4 times a second)
 MAX_STRIDE = 256
 
@@ -62,10 +63,10 @@ class StepTimer:
     def __init__(
         self,
         device: torch.device | None = None,
-        clock: Callable[[], float] = time.perf_counter,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.totals = StepTotals()
-        self._clock = clock
+        self._clock = clock = clock if clock is not None else _clock
         self._cuda = device is not None and device.type == "cuda"
         self._pending: deque[tuple[torch.cuda.Event, torch.cuda.Event, int]] = deque()
         self._point = clock()  # the clock at the last timed point
