@@ -73,21 +73,27 @@ Options (the full table is at the end of this page; `%%train --help` prints it t
 `--amp`, `--device`, `--accumulate N`, `--clip MAX_NORM`, `--prefetch`, and `--show`, which
 prints the code that would run and what was instrumented, without running it.
 
-How it works: the cell is rewritten with libcst. The
-innermost loop that calls `.backward()` over something other than a `range` gets its iterable
-wrapped (`enumerate` and `tqdm` stay outside); `backward()`, `step()`, `zero_grad()` and
-`clip_grad_norm_()` (and its deprecated `clip_grad_norm()`) go through the run's session, which
-passes through anything that is not an optimizer, scheduler or module (`env.step(a)` stays
-`env.step(a)`). Notebook functions the cell calls or passes on (`train_epoch()` defined cells
-earlier) and methods of notebook classes it reaches (`trainer.fit()`, and what that calls on
-`self`) are rewritten for the cell's duration, a method swapped on its class; `%time`/`%%time`
-lines are rewritten inside. Code in imported modules is not (`--show` names it), but a global
-optimizer hook still counts its steps, and autocast is on for the whole cell, so it reaches code
-the rewrite cannot see; where code reads gradients the session cannot unscale first (`p.grad`),
-fp16 and its GradScaler are refused. Everything is undone when the cell ends, however it ends. The body of each batch loop is wrapped in a retry point for
+How it works: the cell is rewritten with libcst. The innermost loop that calls `.backward()` over
+something other than a `range` gets its iterable wrapped (`enumerate` and `tqdm` stay outside); a
+training loop over a `range` (or over a list of models) outside any batch loop is watched too, and
+the session learns as it runs whether its passes are steps (a loop that draws its own data) or
+epochs (a batch loop runs inside it, also in a function it calls). A step is a batch during which a
+`backward()` or an optimizer step happened, so validation batches, even through the same
+`run_epoch()`, are neither steps nor epochs; samples come from the DataLoader's batch size and
+sampler, else from the first dimension of each batch, and the summary then says the count is a
+guess. `backward()`, `step()`, `zero_grad()` and `clip_grad_norm_()` (and its deprecated
+`clip_grad_norm()`) go through the run's session, which passes through anything that is not an
+optimizer, scheduler or module (`env.step(a)` stays `env.step(a)`). Notebook functions the cell
+calls or passes on (`train_epoch()` defined cells earlier) and methods of notebook classes it
+reaches (`trainer.fit()`, and what that calls on `self`) are rewritten for the cell's duration, a
+method swapped on its class; `%time`/`%%time` lines are rewritten inside. Code in imported modules
+is not (`--show` names it), but a global optimizer hook still counts its steps, and autocast is on
+for the whole cell, so it reaches code the rewrite cannot see; where code reads gradients the
+session cannot unscale first (`p.grad`), fp16 and its GradScaler are refused. Everything is undone
+when the cell ends, however it ends. The body of each batch loop is wrapped in a retry point for
 out-of-memory errors (the only lines the rewrite adds, marked `# %%train oom-retry` in `--show`);
-positions are mapped back when the code is compiled, so a traceback shows the user's own line
-and column.
+positions are mapped back when the code is compiled, so a traceback shows the user's own line and
+column.
 
 Guarantees: on the CPU with the defaults, the same seed gives bit-identical weights with and
 without `%%train` (shuffling and dropout included). `--prefetch thread` overlaps data loading with
@@ -132,14 +138,16 @@ for byte on every run, and is written atomically (an existing folder only with `
 `REFACTOR_REPORT.md` lists every cell and where it went, every parameter created, and everything
 dropped, commented out, skipped or redefined (the last definition wins).
 
-Types, tests, docs: annotations are inferred statically (literal defaults, the constants, the
-constructors of notebook state, `None` returns, `nn.Module.forward`, Dataset methods) and, with
-`--execute`, from a run of the notebook in a fresh temporary folder (nbclient, `--timeout`)
-that records each function's argument and return types and tensor dtypes and shapes; they are
-applied with libcst's `ApplyTypeAnnotationsVisitor`, shapes go into docstrings, and the report
-gives the share of annotated parameters and returns. `run()` and the `%%train` cell functions
-keep the notebook's code as written: typed signatures, bodies not type-checked
-(`@no_type_check`). Generated pytest tests (in `tests/`): every module imports; with
+Types, tests, docs: annotations are inferred statically through the package's dataflow
+(constructors such as `model = Net()`, `DataLoader(...)`, optimizers, `nn.*` layers, tensors from
+`torch.*` factories, numpy arrays, pandas frames; every call site of a function, joined to the
+nearest common base; returns from what is returned; a small table of torch/numpy/pandas calls)
+and, with `--execute`, from a run of the notebook in a fresh temporary folder (nbclient,
+`--timeout`) that records each function's argument and return types and tensor dtypes, shapes
+and integer ranges; shapes go into docstrings. mypy then checks the package once: an
+annotation it rejects is removed, and only a function whose own code fails gets
+`@no_type_check`; the report gives the annotated share, mypy's verdict and each
+`@no_type_check` with its reason. Generated pytest tests (in `tests/`): every module imports; with
 `--execute`, each model runs `forward` on inputs of the recorded shapes and one training step,
 each dataset gives its recorded length and item structure, and functions that drew no random
 numbers get characterisation tests from recorded fixtures; what could not be generated soundly

@@ -42,6 +42,7 @@ def _refactor(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         skip_bad_cells=args.skip_bad_cells,
         docs=not args.no_docs,
+        typecheck=not args.no_typecheck,
         execute=args.execute,
         timeout=args.timeout,
         check_equivalence=args.check_equivalence,
@@ -122,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     refactor.add_argument(
         "--no-docs", action="store_true", help="skip the pdoc HTML docs (docs/): faster"
+    )
+    refactor.add_argument(
+        "--no-typecheck",
+        action="store_true",
+        help="do not run mypy on the package (inferred annotations are then not checked): faster",
     )
     refactor.add_argument(
         "--execute",

@@ -14,18 +14,23 @@ from __future__ import annotations
 import ast
 import bisect
 import builtins
+import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import GlobalScope, PositionProvider, Scope, ScopeProvider
+from libcst.metadata import CodeRange, GlobalScope, PositionProvider, Scope, ScopeProvider
 
 from .read import CodeCell, Notebook
 
 Scopes = Mapping[cst.CSTNode, Scope | None]
+Positions = Mapping[cst.CSTNode, CodeRange]
 Kind = Literal["import", "function", "class", "constant", "statement"]
+FUTURE = re.compile(r"^from __future__ import [^\n]*$", re.M)
+FUTURE_DROPPED = "pass  # trainmate: dropped (a __future__ import)"
 BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "get_ipython", "display"}
 
 
@@ -40,6 +45,8 @@ class Item:
     reads: tuple[str, ...] = ()  # global names it reads (free variables of a def)
     value: object = None  # a constant's value
     train_cell: bool = False  # the body of a %%train cell
+    declares: tuple[str, ...] = ()  # names a def declares `global` (module state)
+    at_definition: tuple[str, ...] = ()  # what a def's decorators, defaults and bases read
 
     @property
     def code(self) -> str:
@@ -70,6 +77,8 @@ def analyze(nb: Notebook) -> Analysis:
     for cell in nb.cells:
         if not cell.python.strip():
             continue
+        if FUTURE.search(cell.python):  # a no-op in Python 3, and legal only first in a file
+            cell = dataclasses.replace(cell, python=FUTURE.sub(FUTURE_DROPPED, cell.python))
         try:  # CPython's message first: the one users know
             compile(cell.python, f"cell {cell.number}", "exec", dont_inherit=True)
         except SyntaxError as exc:
@@ -103,7 +112,7 @@ def analyze(nb: Notebook) -> Analysis:
         at = positions[statement].start.line
         index = bisect.bisect_right(starts, at) - 1
         cell = good[index]
-        out.items.append(_item(cell, statement, at - starts[index] + 1, scopes))
+        out.items.append(_item(cell, statement, at - starts[index] + 1, scopes, positions))
     for item in out.items:
         if item.cell.train_options is not None and item.kind in ("statement", "constant"):
             item.train_cell = True
@@ -131,11 +140,50 @@ def _opened(body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
     return opened
 
 
-def _item(cell: CodeCell, node: cst.BaseStatement, line: int, scopes: Scopes) -> Item:
+def _item(
+    cell: CodeCell, node: cst.BaseStatement, line: int, scopes: Scopes, positions: Positions
+) -> Item:
     if isinstance(node, cst.FunctionDef | cst.ClassDef):
         kind: Kind = "function" if isinstance(node, cst.FunctionDef) else "class"
         reads = _free_globals(node, scopes)
-        return Item(cell, line, kind, node, node.name.value, (node.name.value,), reads)
+        declares = tuple(
+            dict.fromkeys(
+                n.name.value
+                for g in m.findall(node, m.Global())
+                if isinstance(g, cst.Global)
+                for n in g.names
+            )
+        )
+        outer: dict[str, None] = {}  # evaluated when the def runs, in the global scope
+        heads: list[cst.CSTNode] = [d.decorator for d in node.decorators]
+        if isinstance(node, cst.FunctionDef):
+            p = node.params
+            params = [*p.posonly_params, *p.params, *p.kwonly_params]
+            heads += [x.default for x in params if x.default is not None]
+            heads += [x.annotation.annotation for x in params if x.annotation is not None]
+        else:
+            heads += [b.value for b in (*node.bases, *node.keywords)]
+            for method in node.body.body:  # evaluated when the class body runs
+                if isinstance(method, cst.FunctionDef):
+                    p = method.params
+                    every = [*p.posonly_params, *p.params, *p.kwonly_params]
+                    heads += [x.default for x in every if x.default is not None]
+                    heads += [d.decorator for d in method.decorators]
+        for head in heads:
+            outer.update(dict.fromkeys(_read(head, scopes, positions, ())))
+        at_definition = tuple(outer)
+        reads = tuple(dict.fromkeys([*reads, *at_definition]))
+        return Item(
+            cell,
+            line,
+            kind,
+            node,
+            node.name.value,
+            (node.name.value,),
+            reads,
+            declares=declares,
+            at_definition=at_definition,
+        )
     if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1:
         small = node.body[0]
         if isinstance(small, cst.Import | cst.ImportFrom):
@@ -144,7 +192,17 @@ def _item(cell: CodeCell, node: cst.BaseStatement, line: int, scopes: Scopes) ->
         if constant is not None:
             name, value = constant
             return Item(cell, line, "constant", node, name, (name,), (), value)
-    return Item(cell, line, "statement", node, None, _bound(node), _read(node, scopes))
+    declares = tuple(
+        dict.fromkeys(
+            n.name.value
+            for g in m.findall(node, m.Global())
+            if isinstance(g, cst.Global)
+            for n in g.names
+        )
+    )
+    binds = _bound(node)
+    reads = _read(node, scopes, positions, binds)
+    return Item(cell, line, "statement", node, None, binds, reads, declares=declares)
 
 
 def _import_names(node: cst.Import | cst.ImportFrom) -> tuple[str, ...]:
@@ -207,19 +265,42 @@ def _free_globals(node: cst.CSTNode, scopes: Scopes) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _read(node: cst.CSTNode, scopes: Scopes) -> tuple[str, ...]:
-    """Names a top-level statement reads (its own and those of its nested scopes)."""
-    found: dict[str, None] = {}
+def _read(
+    node: cst.CSTNode, scopes: Scopes, positions: Positions, binds: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Names a top-level statement reads before it binds them (its own and those of its nested
+    scopes), in source order: `for x in xs: total += x` reads `total`, not `x`."""
+    reads: dict[str, tuple[int, int]] = {}
+    assigned: dict[str, tuple[int, int]] = {}
+    skip: set[int] = set()
+    bound = set(binds)
     for child in _walk(node):
-        if isinstance(child, cst.Name):
-            scope = scopes.get(child)
-            if scope is None:
-                continue
-            for access in scope.accesses[child]:
-                globally = all(isinstance(a.scope, GlobalScope) for a in access.referents)
-                if globally and child.value not in BUILTINS:
-                    found.setdefault(child.value, None)
-    return tuple(found)
+        if isinstance(child, cst.Attribute):
+            skip.add(id(child.attr))
+        elif isinstance(child, cst.Arg) and child.keyword is not None:
+            skip.add(id(child.keyword))
+        elif isinstance(child, cst.AugAssign) and isinstance(child.target, cst.Name):
+            target = child.target  # `total += x` reads `total` first
+            if isinstance(scopes.get(target), GlobalScope):
+                begin = positions[target].start
+                reads.setdefault(target.value, (begin.line, begin.column))
+        if not isinstance(child, cst.Name) or id(child) in skip:
+            continue
+        scope = scopes.get(child)
+        if scope is None or child.value in BUILTINS:
+            continue
+        start = positions[child].start
+        at = (start.line, start.column)
+        mine = [a for a in scope.accesses[child] if a.node is child]  # every access of the name
+        if not mine:
+            if child.value in bound and isinstance(scope, GlobalScope):
+                end = (start.line, 1 << 30)  # a line's value is read before its target is bound
+                assigned[child.value] = min(assigned.get(child.value, end), end)
+            continue
+        if all(isinstance(r.scope, GlobalScope) for a in mine for r in a.referents):
+            reads[child.value] = min(reads.get(child.value, at), at)
+    ordered = sorted(reads.items(), key=lambda kv: kv[1])
+    return tuple(n for n, at in ordered if n not in assigned or at < assigned[n])
 
 
 def _bound(node: cst.CSTNode) -> tuple[str, ...]:
@@ -233,6 +314,9 @@ def _bound(node: cst.CSTNode) -> tuple[str, ...]:
     for target in targets:
         for name in _target_names(target):
             names.setdefault(name, None)
+    for found in m.findall(node, m.Import() | m.ImportFrom()):  # `try: import x` in a cell
+        assert isinstance(found, cst.Import | cst.ImportFrom)
+        names.update(dict.fromkeys(_import_names(found)))
     return tuple(names)
 
 

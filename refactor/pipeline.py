@@ -1,25 +1,30 @@
 """
-`trainmate refactor NB.ipynb`: the steps in order (read -> analyze -> plan -> emit -> write).
+`trainmate refactor NB.ipynb`: the steps in order (the package docstring lists them), each
+handing its result to the next: read -> analyze -> plan -> emit -> annotate (+ mypy) -> testgen
+-> write (format) ->
+gate, docs, equivalence -> report.
 """
 
 from __future__ import annotations
 
 import keyword
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from jupyter_trainmate.errors import TrainmateError
 
 from . import manifest
 from .analyze import analyze
-from .annotate import coverage
+from .annotate import annotate
 from .docs import build_html
 from .emit import emit
 from .equivalence import check
+from .gate import check as gate
 from .output import write_package
 from .plan import plan
-from .read import Note, read
-from .report import report
+from .read import read
+from .report import Outcome, report
 from .testgen import generate
 from .trace import execute as run_traced
 
@@ -44,6 +49,7 @@ def refactor(
     dry_run: bool = False,
     skip_bad_cells: bool = False,
     docs: bool = True,
+    typecheck: bool = True,
     execute: bool = False,
     timeout: int = 600,
     check_equivalence: bool = False,
@@ -65,39 +71,43 @@ def refactor(
             "fix it or add --skip-bad-cells"
         )
     the_plan = plan(nb, analysis, pkg)
-    for bad in analysis.bad:
-        the_plan.notes.append(Note(bad.cell, bad.line, "skipped", f"does not parse: {bad.message}"))
     trace = None
     if execute:
         trace = run_traced(notebook, {b.cell for b in analysis.bad}, timeout)
-    emitted = emit(
-        the_plan,
-        trace.calls if trace is not None else None,
-        trace.globals if trace is not None else None,
-    )
+    emitted = emit(the_plan)
     tests = generate(
         the_plan,
         trace.calls if trace is not None else None,
         trace.fixtures if trace else None,
         trace.dropped if trace else None,
     )
-    emitted.files.update(tests.files)
-    emitted.tests = tests
-    emitted.coverage = coverage(emitted.files, pkg)
-    emitted.executed = trace is not None
+    typed = annotate(
+        emitted.files,
+        pkg,
+        trace.calls if trace is not None else None,
+        trace.globals if trace is not None else None,
+        typecheck=typecheck and not dry_run,
+    )
+    files = {**typed.files, **tests.files}
+    made = Outcome(files, emitted, tests, typed.coverage, trace is not None, checked=typed.checked)
     if dry_run:
-        return out, report(the_plan, emitted, "(dry run: not formatted or checked)", "dry run")
+        return out, report(the_plan, made, "(dry run: not formatted or checked)", "dry run")
     text: dict[str, str] = {}
+    checked: list[Outcome] = []
 
     def finish(folder: Path, findings: str) -> None:
         problem = build_html(folder, pkg) if docs else "not built (--no-docs)"
+        equivalence = None
         if check_equivalence and trace is not None:
-            emitted.equivalence = check(folder, pkg, trace.results, set(the_plan.constants))
-        text["report"] = report(the_plan, emitted, findings, problem)
+            equivalence = check(folder, pkg, trace.results, set(the_plan.constants))
+        skipped = {b.cell for b in analysis.bad}
+        done = replace(made, equivalence=equivalence, gate=gate(folder, nb, skipped))
+        checked.append(done)
+        text["report"] = report(the_plan, done, findings, problem)
         (folder / "REFACTOR_REPORT.md").write_text(text["report"], encoding="utf-8")
 
-    write_package(notebook, emitted.files, out, force, finish, tests.binary)
-    result = emitted.equivalence
+    write_package(notebook, files, out, force, finish, tests.binary)
+    result = checked[0].equivalence
     if result is not None and not result.passed:
         raise TrainmateError(
             f"{out}: written, but the equivalence check failed: "

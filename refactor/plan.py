@@ -11,20 +11,30 @@ Step 3: decide where everything goes.
   (`model`, `loader`, `device`) or a constant (`LR`) gets it as a keyword-only parameter (constants
   with their value as default), transitively through the functions it calls, and every call site
   passes it. A class whose `__init__` reads them gets them as `__init__` parameters.
-- The last definition of a name wins; earlier ones are reported.
+- Definitions are versions (`versions.py`): each call binds to the definition live where it
+  stands; the versions still called are kept under their own names.
+- Module state: a name a function declares `global`, or notebook state that a class reads outside
+  `__init__` or that a function passed around as a value reads (its callers cannot pass it), stays
+  a module global of `train` (the section functions that bind it declare it `global`); the
+  definitions reading it live in `train` too.
+- Modules import each other in one direction only (config, utils, data, model, the notebook's own
+  modules, train): a definition that uses one from a later module moves there (no import cycle).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import keyword
 import re
 from dataclasses import dataclass, field
 
 import libcst as cst
-import libcst.matchers as m
 
-from .analyze import Analysis, Item
+from .analyze import BUILTINS, Analysis, Item
+from .params import hard_coded_device, parameters
+from .placement import Placed
 from .read import Note, Notebook
+from .versions import Versions, resolve
 
 MODULES = ("config", "utils", "data", "model", "train")
 MODEL_BASES = re.compile(r"(^|\.)(Module|Sequential|ModuleList|LightningModule)$")
@@ -38,22 +48,10 @@ HEADING_WORDS = (
 TAG = re.compile(r"^trainmate:module=([A-Za-z_][A-Za-z0-9_]*)$")
 
 
-@dataclass
-class Param:
-    name: str  # the parameter's name in the function
-    source: str  # the notebook global it stands for
-    default: str | None  # a constant's name (its value is the default), None: required
-
-
-@dataclass
-class Placed:
-    item: Item
-    module: str
-    params: list[Param] = field(default_factory=list)
-
-
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    """Where everything goes. Frozen: the steps after `plan` read it and add nothing to it."""
+
     package: str
     notebook: Notebook
     placed: dict[str, Placed] = field(default_factory=dict)  # definition name -> where
@@ -64,6 +62,10 @@ class Plan:
     device: bool = False  # the notebook hard-codes a device: a `device` config field
     notes: list[Note] = field(default_factory=list)
     skipped_cells: list[int] = field(default_factory=list)
+    module_state: set[str] = field(default_factory=set)  # module globals of `train`
+    stars: list[Item] = field(default_factory=list)  # `from x import *` of the notebook
+    unknown: dict[str, tuple[int, int]] = field(default_factory=dict)  # read, never bound
+    versions: Versions = field(default_factory=lambda: Versions((), (), (), ()))
 
     def module_of(self, name: str) -> str | None:
         placed = self.placed.get(name)
@@ -75,62 +77,164 @@ class Plan:
 
 
 def plan(nb: Notebook, analysis: Analysis, package: str) -> Plan:
-    out = Plan(package, nb)
-    out.skipped_cells = [b.cell for b in analysis.bad]
+    notes = [Note(b.cell, b.line, "skipped", f"does not parse: {b.message}") for b in analysis.bad]
     exported_only = nb.uses_nbdev
+    versions = resolve(list(analysis.items), exported_only)
+    notes.extend(versions.notes)
+    items = list(versions.items)
+    stars: list[Item] = []
+    imports: list[Item] = []
+    constants: dict[str, Item] = {}
+    run_body: list[Item] = []
     definitions: dict[str, Item] = {}
-    for item in analysis.items:
+    resets: set[int] = set()
+    for item in items:
         if item.kind == "import":
-            out.imports.append(item)
+            if isinstance(item.node.body[0], cst.ImportFrom) and isinstance(  # type: ignore[attr-defined]
+                item.node.body[0].names,  # type: ignore[attr-defined]
+                cst.ImportStar,
+            ):
+                stars.append(item)
+            imports.append(item)
         elif item.kind in ("function", "class") and not item.train_cell:
             assert item.name is not None
             if exported_only and not item.cell.export:
-                out.notes.append(
+                notes.append(
                     Note(item.cell.number, item.line, "dropped", f"{item.name}: not `#| export`ed")
                 )
                 continue
-            earlier = definitions.get(item.name)
-            if earlier is not None:
-                out.notes.append(
-                    Note(
-                        earlier.cell.number,
-                        earlier.line,
-                        "redefined",
-                        f"{item.name} is defined again in cell {item.cell.number}: the last "
-                        "definition wins",
-                    )
-                )
             definitions[item.name] = item
         elif item.kind == "constant" and not item.name.startswith("_"):  # type: ignore[union-attr]
             assert item.name is not None
-            earlier = out.constants.get(item.name)
-            if earlier is not None and earlier.value != item.value:
-                out.notes.append(
+            earlier = constants.get(item.name)
+            if earlier is not None:
+                if earlier.value != item.value:  # set again: from here on, notebook state
+                    resets.add(item.cell.number * 100000 + item.line)
+                    notes.append(
+                        Note(
+                            item.cell.number,
+                            item.line,
+                            "kept",
+                            f"{item.name} = {item.value!r} sets again the config field "
+                            f"(default {earlier.value!r}, cell {earlier.cell.number}): kept "
+                            "where it stands, and the code after it uses this value",
+                        )
+                    )
+                    run_body.append(dataclasses.replace(item, kind="statement"))
+                continue
+            constants[item.name] = item
+        else:
+            run_body.append(item)
+    declared = {n for it in items for n in it.declares}
+    # a constant the code later rebinds with a computed value is state, not configuration
+    rebound = {
+        n for it in run_body if it.cell.number * 100000 + it.line not in resets for n in it.binds
+    }
+    for name in sorted((rebound | declared) & constants.keys()):
+        item = constants.pop(name)
+        run_body.append(dataclasses.replace(item, kind="statement"))
+    run_body.sort(key=lambda it: (it.cell.number, it.line))
+    device = any(hard_coded_device(it.node) for it in analysis.items) or any(
+        "device" in it.binds for it in run_body
+    )
+    if device and "device" in constants:  # Config.device ("auto") replaces the notebook's
+        run_body.append(dataclasses.replace(constants.pop("device"), kind="statement"))
+    _evaluated_at_definition(definitions, run_body, notes, {"device"} if device else set())
+    run_body.sort(key=lambda it: (it.cell.number, it.line))
+    out = Plan(
+        package,
+        nb,
+        placed={name: Placed(item, _module(item)) for name, item in definitions.items()},
+        constants=constants,
+        imports=imports,
+        run_body=run_body,
+        device=device,
+        notes=notes,
+        skipped_cells=[b.cell for b in analysis.bad],
+        module_state=declared - set(definitions),
+        stars=stars,
+        versions=versions,
+    )
+    while True:  # module state only grows: a fixpoint
+        before = set(out.module_state)
+        for placed in out.placed.values():
+            placed.params.clear()
+        parameters(out)
+        if out.module_state == before:
+            break
+    _state_readers_to_train(out)
+    _one_direction(out)
+    bound = {n for it in items for n in it.binds} | {n for it in items for n in it.declares}
+    for item in items:
+        for name in item.reads:
+            if name not in bound and name not in BUILTINS and name not in out.unknown:
+                out.unknown[name] = (item.cell.number, item.line)
+    return out
+
+
+def _evaluated_at_definition(
+    definitions: dict[str, Item], run_body: list[Item], notes: list[Note], also: set[str]
+) -> None:
+    """A def whose defaults, decorators or bases read notebook state (`def fit(m=model)`) needs
+    that state when it is defined: it stays in the script, where the state is (and is passed
+    on like any other name the script binds)."""
+    changed = True
+    while changed:
+        changed = False
+        state = {n for it in run_body for n in it.binds} | also
+        for name, item in list(definitions.items()):
+            needs = [n for n in item.at_definition if n in state]
+            if needs:
+                del definitions[name]
+                run_body.append(dataclasses.replace(item, kind="statement"))
+                notes.append(
                     Note(
-                        earlier.cell.number,
-                        earlier.line,
-                        "redefined",
-                        f"{item.name} = {earlier.value!r} is set again to {item.value!r} in cell "
-                        f"{item.cell.number}: the config default is the last value",
+                        item.cell.number,
+                        item.line,
+                        "kept",
+                        f"{name}: its definition reads notebook state {needs} (a default, a "
+                        "decorator or a base): defined in the script, where that state is",
                     )
                 )
-            out.constants[item.name] = item
-        else:
-            out.run_body.append(item)
-    # a constant the code later rebinds with a computed value is state, not configuration
-    rebound = {n for it in out.run_body for n in it.binds}
-    for name in sorted(rebound & out.constants.keys()):
-        item = out.constants.pop(name)
-        item.kind = "statement"
-        out.run_body.append(item)
-    out.run_body.sort(key=lambda it: (it.cell.number, it.line))
-    for name, item in definitions.items():
-        out.placed[name] = Placed(item, _module(item))
-    out.device = any(_hard_coded_device(it.node) for it in analysis.items) or any(
-        "device" in it.binds for it in out.run_body
-    )
-    _parameters(out)
-    return out
+                changed = True
+
+
+def _state_readers_to_train(out: Plan) -> None:
+    """Definitions that read or declare module state live with it, in `train`."""
+    for placed in out.placed.values():
+        item = placed.item
+        if placed.module != "train" and (
+            set(item.reads) & out.module_state or set(item.declares) & out.module_state
+        ):
+            placed.module = "train"
+
+
+def _rank(module: str) -> tuple[int, str]:
+    order = {"config": 0, "utils": 1, "data": 2, "model": 3, "train": 9}
+    return order.get(module, 5), module
+
+
+def _one_direction(out: Plan) -> None:
+    """A definition that uses one placed in a later module moves there: no import cycles."""
+    changed = True
+    while changed:
+        changed = False
+        for name, placed in out.placed.items():
+            for used in placed.item.reads:
+                other = out.placed.get(used)
+                if other is None or used == name:
+                    continue
+                if _rank(other.module) > _rank(placed.module):
+                    out.notes.append(
+                        Note(
+                            placed.item.cell.number,
+                            placed.item.line,
+                            "moved",
+                            f"{name}: to `{other.module}` (it uses {used}, defined there)",
+                        )
+                    )
+                    placed.module = other.module
+                    changed = True
 
 
 def _module(item: Item) -> str:
@@ -159,100 +263,3 @@ def _module(item: Item) -> str:
         if words.search(heading):
             return module
     return "utils"
-
-
-def _hard_coded_device(node: cst.CSTNode) -> bool:
-    cuda_call = m.Call(func=m.Attribute(attr=m.Name("cuda")))
-    cuda_text = m.SimpleString(value=m.MatchRegex(r"^[rbu]*['\"]cuda(:\d+)?['\"]$"))
-    return bool(m.findall(node, cuda_call | cuda_text))
-
-
-def _parameters(out: Plan) -> None:
-    """Which globals each function (and class `__init__`) receives as parameters."""
-    state = {n for it in out.run_body for n in it.binds}  # computed at run time
-    constants = set(out.constants)
-    if out.device:
-        state.add("device")
-    needs: dict[str, list[str]] = {}
-    calls: dict[str, set[str]] = {}
-    for name, placed in out.placed.items():
-        item = placed.item
-        reads = list(item.reads)
-        if out.device and _hard_coded_device(item.node) and "device" not in reads:
-            reads.append("device")
-        if isinstance(item.node, cst.ClassDef):
-            init_reads = _init_reads(item.node, list(item.reads))
-            outside = [r for r in reads if r in state and r not in init_reads]
-            if outside:
-                out.in_run.add(name)  # reads notebook state outside __init__: defined in run()
-                out.notes.append(
-                    Note(
-                        item.cell.number,
-                        item.line,
-                        "warning",
-                        f"class {name} reads notebook state {outside} outside __init__: "
-                        "defined inside run()",
-                    )
-                )
-                continue
-            reads = init_reads
-        needs[name] = [r for r in reads if r in state or r in constants]
-        callees = reads if isinstance(item.node, cst.ClassDef) else item.reads  # __init__ only
-        calls[name] = {r for r in callees if r in out.placed}
-    changed = True
-    while changed:  # a function calling one that needs a global needs it too
-        changed = False
-        for name in needs:
-            for callee in sorted(calls.get(name, ())):
-                for need in needs.get(callee, []):
-                    if need not in needs[name]:
-                        needs[name].append(need)
-                        changed = True
-    for name, wanted in needs.items():
-        placed = out.placed[name]
-        taken = _local_names(placed.item.node)
-        for source in wanted:
-            param = out.field_name(source) if source in constants else source
-            if param in taken and param != source:
-                param = source
-            default = source if source in constants else None
-            placed.params.append(Param(param, source, default))
-
-
-def _init_reads(node: cst.ClassDef, reads: list[str]) -> list[str]:
-    init = next(
-        (
-            s
-            for s in node.body.body
-            if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"
-        ),
-        None,
-    )
-    if init is None:
-        return []
-    names = {n.value for n in m.findall(init, m.Name()) if isinstance(n, cst.Name)}
-    return [r for r in reads if r in names]
-
-
-class _Names(cst.CSTVisitor):
-    """Variable names in code: not attribute names (`x.lr`) nor keywords (`f(lr=...)`)."""
-
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
-        return False
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
-        return False
-
-
-def _local_names(node: cst.CSTNode) -> set[str]:
-    names = _Names()
-    node.visit(names)
-    return names.names

@@ -1,22 +1,47 @@
 """
-Step 6: `REFACTOR_REPORT.md`, what the command did: every cell and where it went, every
-parameter created, every config field, everything dropped, commented out, skipped or redefined,
-the dependencies and where they came from.
+Step 6: `REFACTOR_REPORT.md`, what the command did: every cell and where it went, the section
+functions and what flows between them, the versions of redefined functions and which call uses
+which, every parameter created, every config field, everything dropped, commented out, skipped
+or redefined, the dependencies and where they came from, the gate, types, tests, equivalence.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from .annotate import Coverage
 from .emit import Emitted
+from .equivalence import Equivalence
+from .gate import Gate
+from .gate import lines as gate_lines
 from .plan import Plan
+from .testgen import Generated
+from .typecheck import Checked
+from .versions import table
 
 
-def report(plan: Plan, emitted: Emitted, findings: str, docs_problem: str = "") -> str:
+@dataclass(frozen=True)
+class Outcome:
+    """Everything the steps made, handed to the report."""
+
+    files: dict[str, str]
+    emitted: Emitted
+    tests: Generated | None
+    coverage: Coverage | None
+    executed: bool
+    equivalence: Equivalence | None = None
+    gate: Gate | None = None
+    checked: Checked | None = None  # mypy on the package (None: not run)
+
+
+def report(plan: Plan, outcome: Outcome, findings: str, docs_problem: str = "") -> str:
     nb = plan.notebook
+    emitted = outcome.emitted
     lines = [
         f"# Refactor report: `{nb.path.name}` -> `{plan.package}`",
         "",
         f"{len(nb.cells)} code cells; modules: "
-        + ", ".join(sorted({f.split("/")[-1] for f in emitted.files if f.endswith(".py")})),
+        + ", ".join(sorted({f.split("/")[-1] for f in outcome.files if f.endswith(".py")})),
         "",
         "## Cells",
         "",
@@ -32,6 +57,25 @@ def report(plan: Plan, emitted: Emitted, findings: str, docs_problem: str = "") 
                 kinds = sorted({n.kind for n in nb.notes if n.cell == cell.number})
                 where = ", ".join(kinds) + " (below)" if kinds else "nothing (no code left)"
         lines.append(f"| {cell.number} | {where} |")
+    lines += ["", "## Sections", ""]
+    script = emitted.script
+    if script.sections:
+        lines += [
+            "| # | function | cells | parameters | returns |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+    for number, section in enumerate(script.sections, start=1):
+        shown = " (display only: with `--plots`)" if section.display else ""
+        params = ", ".join((["config"] if section.config else []) + list(section.params))
+        lines.append(
+            f"| {number} | `{section.name}()`{shown} | {', '.join(map(str, section.cells))} | "
+            f"{params or '-'} | {', '.join(section.returns) or '-'} |"
+        )
+    if plan.module_state:
+        lines += ["", "Module state of `train` (declared `global` where it is bound): "
+                  + ", ".join(f"`{n}`" for n in sorted(plan.module_state))]  # fmt: skip
+    lines += ["", "## Versions", ""]
+    lines += table(plan.versions)
     lines += ["", "## Parameters created", ""]
     created = [(n, p) for n, ps in sorted(emitted.params.items()) for p in ps]
     for name, param in created:
@@ -65,11 +109,11 @@ def report(plan: Plan, emitted: Emitted, findings: str, docs_problem: str = "") 
     if not notes:
         lines.append("Nothing.")
     lines += ["", "## Types", ""]
-    if emitted.coverage is not None:
-        c = emitted.coverage
+    if outcome.coverage is not None:
+        c = outcome.coverage
         how = (
             "static inference and the types recorded by --execute"
-            if emitted.executed
+            if outcome.executed
             else (
                 "static inference only (add --execute to record the types the notebook really used)"
             )
@@ -77,13 +121,15 @@ def report(plan: Plan, emitted: Emitted, findings: str, docs_problem: str = "") 
         lines.append(
             f"{c.annotated} of {c.total} parameters and returns annotated ({c.share:.0%}), from {how}."
         )
+    if outcome.checked is not None:
+        lines += ["", *_typecheck_lines(outcome.checked)]
     lines += ["", "## Tests (tests/)", ""]
-    if emitted.tests is not None:
-        lines += [f"- {t}" for t in emitted.tests.tests]
-        lines += ["", "Not generated:" if emitted.tests.skipped else "Nothing left out.", ""]
-        lines += [f"- {s}" for s in emitted.tests.skipped]
-    if emitted.equivalence is not None:
-        eq = emitted.equivalence
+    if outcome.tests is not None:
+        lines += [f"- {t}" for t in outcome.tests.tests]
+        lines += ["", "Not generated:" if outcome.tests.skipped else "Nothing left out.", ""]
+        lines += [f"- {s}" for s in outcome.tests.skipped]
+    if outcome.equivalence is not None:
+        eq = outcome.equivalence
         lines += ["", "## Equivalence (--check-equivalence)", ""]
         verdict = "PASSED" if eq.passed else "FAILED"
         lines.append(
@@ -96,6 +142,13 @@ def report(plan: Plan, emitted: Emitted, findings: str, docs_problem: str = "") 
                 f"| `{n}` | {a} | {b} | {'yes' if ok else 'NO'} |" for n, a, b, ok in eq.compared
             ]
     lines += ["", "## Checks", ""]
+    if outcome.gate is not None:
+        lines += [*gate_lines(outcome.gate), ""]
+    if plan.stars and plan.unknown:  # the gate cannot see through a star import
+        lines += ["Names the notebook never binds (from its star imports, or undefined):", ""]
+        for name, (at, row) in sorted(plan.unknown.items(), key=lambda x: x[1]):
+            lines.append(f"- cell {at}, line {row}: `{name}`")
+        lines.append("")
     lines.append(f"`ruff check`: {'clean' if not findings else 'findings left:'}")
     if findings:
         lines += ["", "```", findings, "```"]
@@ -104,3 +157,21 @@ def report(plan: Plan, emitted: Emitted, findings: str, docs_problem: str = "") 
         "API docs (pdoc): `docs/index.html`" if not docs_problem else f"API docs: {docs_problem}"
     )
     return "\n".join(lines) + "\n"
+
+
+def _typecheck_lines(checked: Checked) -> list[str]:
+    """mypy's verdict, the annotations it rejected and each `@no_type_check` with its reason."""
+    lines = [f"mypy on the package: {checked.result}."]
+    if checked.removed:
+        lines.append(
+            f"{len(checked.removed)} inferred annotations mypy rejected were removed: "
+            + ", ".join(f"`{r}`" for r in checked.removed)
+            + "."
+        )
+    count = len(checked.no_type_check)
+    lines.append(
+        f"`@no_type_check` on {count} function{'s' if count != 1 else ''}"
+        + (" (its own code fails mypy):" if count else ": none (every typed function checks).")
+    )
+    lines += [f"- `{where}`: {reason}" for where, reason in checked.no_type_check]
+    return lines

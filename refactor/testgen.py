@@ -5,13 +5,15 @@ Always: an import test per module. With the types recorded by `--execute`:
 
 - each `nn.Module` built with the arguments it was built with in the notebook (when they were
   plain numbers, strings or booleans, or none were needed) runs `forward` on CPU on random inputs
-  of the recorded dtypes and shapes (the batch cut to at most 4), and the output's shape and dtype
+  of the recorded dtypes and shapes (the batch cut to at most 4; integer tensors drawn from the
+  range of values the notebook passed, one-dimensional ones longest first as lengths are), and
+  the output's shape and dtype
   must be the recorded ones; then one SGD step on that batch: the loss is finite and the
   parameters change;
 - each Dataset built from random tensors of the recorded shapes has the recorded `len()`, and
   its first item the recorded structure, dtypes and shapes;
 - functions that took and returned small tensors, drew no random numbers and gave the same result
-  twice in the notebook get characterisation tests: their recorded inputs (saved with
+  twice in the notebook get characterisation tests (`characterise`): their recorded inputs (saved with
   `torch.save` in `tests/fixtures.pt`, under a size budget) must give the recorded output
   (`torch.testing.assert_close`).
 
@@ -20,16 +22,15 @@ A test is generated only when it can be generated soundly; `skipped` says why ea
 
 from __future__ import annotations
 
-import io
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import libcst as cst
 
+from .characterise import characterisation_tests
 from .plan import Plan
 
-FIXTURE_BUDGET = 1_000_000  # bytes of tests/fixtures.pt
 MODEL_BASES = re.compile(r"(^|\.)(Module|Sequential)$")
 DATASET_BASES = re.compile(r"(^|\.)(Dataset)$")
 
@@ -70,7 +71,10 @@ def _tensor_expr(d: dict[str, Any], batch: int | None) -> str | None:
         return f"torch.randn({tuple(shape)!r}, dtype=torch.{dtype})"
     if dtype == "bool":
         return f"torch.randint(0, 2, {tuple(shape)!r}).bool()"
-    return f"torch.randint(0, 2, {tuple(shape)!r}, dtype=torch.{dtype})"
+    low, high = d.get("min", 0), d.get("max", 1)  # the range the notebook's values had
+    drawn = f"torch.randint({low}, {high + 1}, {tuple(shape)!r}, dtype=torch.{dtype})"
+    # one dimension: lengths, as `pack_padded_sequence` wants them by default (longest first)
+    return f"{drawn}.sort(descending=True).values" if len(shape) == 1 else drawn
 
 
 def _batch(d: dict[str, Any]) -> int | None:
@@ -235,80 +239,6 @@ def _structure_checks(expr: str, d: dict[str, Any]) -> list[str] | None:
     return None
 
 
-def _fixture_tests(
-    plan: Plan,
-    fixtures: dict[str, Any],
-    out: Generated,
-    trace: dict[str, list[dict[str, Any]]],
-    dropped: dict[str, str],
-) -> str:
-    import torch
-
-    pkg = plan.package
-    kept: dict[str, Any] = {}
-    for name, placed in plan.placed.items():  # preprocessing without one: say why
-        if (
-            placed.module != "data"
-            or name in fixtures
-            or not isinstance(placed.item.node, cst.FunctionDef)
-        ):
-            continue
-        if name in dropped:
-            why = dropped[name]
-        elif name not in trace:
-            why = "never called in the notebook"
-        else:
-            why = "its inputs or outputs were not small tensors or plain values"
-        out.skipped.append(f"{name}: no characterisation test: {why}")
-    for name, value in sorted(fixtures.items()):
-        target = plan.placed.get(name)
-        if target is None or name in plan.in_run:
-            continue
-        required = [p for p in target.params if p.default is None]
-        if required:
-            out.skipped.append(f"{name}: needs notebook state ({required[0].name}) to run")
-            continue
-        trial = {**kept, name: value}
-        buffer = io.BytesIO()
-        torch.save(trial, buffer)
-        if buffer.tell() > FIXTURE_BUDGET:
-            out.skipped.append(f"{name}: its recorded fixture is over the size budget")
-            continue
-        kept[name] = value
-    if not kept:
-        return ""
-    buffer = io.BytesIO()
-    torch.save(kept, buffer)
-    out.binary["tests/fixtures.pt"] = buffer.getvalue()
-    modules = {name: plan.placed[name].module for name in kept}
-    out.tests += [f"{name}: characterisation (recorded input -> recorded output)" for name in kept]
-    lines = [
-        '"""Characterisation tests: recorded inputs give the outputs the notebook computed (generated).',
-        "",
-        "The fixtures were recorded by `trainmate refactor --execute` from functions that drew no random",
-        'numbers and gave the same result twice."""',
-        "",
-        "from __future__ import annotations",
-        "",
-        "from pathlib import Path",
-        "",
-        "import pytest",
-        "import torch",
-        "",
-        *sorted({f"from {pkg} import {module}" for module in modules.values()}),
-        "",
-        'FIXTURES = torch.load(Path(__file__).parent / "fixtures.pt", weights_only=True)',
-        f"FUNCTIONS = {{{', '.join(f'{n!r}: {m}.{n}' for n, m in sorted(modules.items()))}}}",
-        "",
-        "",
-        '@pytest.mark.parametrize("name", sorted(FIXTURES))',
-        "def test_recorded_inputs_give_the_recorded_output(name: str) -> None:",
-        "    arguments, expected = FIXTURES[name]",
-        "    torch.testing.assert_close(FUNCTIONS[name](**arguments), expected)",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def generate(
     plan: Plan,
     trace: dict[str, list[dict[str, Any]]] | None,
@@ -335,7 +265,7 @@ def generate(
         ("tests/test_datasets.py", _dataset_tests(plan, trace, out)),
         (
             "tests/test_characterisation.py",
-            _fixture_tests(plan, fixtures or {}, out, trace, dropped or {}),
+            characterisation_tests(plan, fixtures or {}, out, trace, dropped or {}),
         ),
     ):
         if text:

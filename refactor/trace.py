@@ -4,7 +4,8 @@
 A first cell (added to a copy; the notebook itself is never touched) registers an IPython
 `post_run_cell` hook that wraps each function and each class's public methods (and `__init__`,
 `__len__`, `__getitem__`) as the notebook defines them. A wrapper records, for the first calls,
-the type of every argument and of the result (for tensors their dtype, shape and device) under
+the type of every argument and of the result (for tensors their dtype, shape and device, for
+integer tensors also their smallest and largest value; ints keep their value) under
 the shortest public name of the type (`torch.optim.AdamW`, not `torch.optim.adamw.AdamW`) and its
 bases. It also keeps small input/output fixtures of functions that take and return tensors, and
 a last cell keeps only those that draw no random numbers (Python's and torch's generator states
@@ -50,8 +51,14 @@ def __trainmate_tracer__():
     def describe(v, depth=0):
         import torch
         if isinstance(v, torch.Tensor):
-            return {"kind": "tensor", "dtype": str(v.dtype).removeprefix("torch."),
-                    "shape": list(v.shape), "device": v.device.type}
+            out = {"kind": "tensor", "dtype": str(v.dtype).removeprefix("torch."),
+                   "shape": list(v.shape), "device": v.device.type}
+            if v.numel() and not (v.is_floating_point() or v.is_complex() or v.dtype == torch.bool):
+                try:  # integer tensors (indices, lengths, labels): the range fixtures keep to
+                    out["min"], out["max"] = int(v.min()), int(v.max())
+                except Exception:
+                    pass
+            return out
         if isinstance(v, tuple) and depth < 2 and len(v) <= 6 and not hasattr(v, "_fields"):
             return {"kind": "tuple", "items": [describe(i, depth + 1) for i in v]}
         if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, functools.partial)):

@@ -12,11 +12,13 @@ The libcst edits the emit step applies to notebook code (one transformer per con
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
 
-from .plan import Param
+if TYPE_CHECKING:
+    from .placement import Param
 
 CUDA_TEXT = m.SimpleString(value=m.MatchRegex(r"^[rbu]*['\"]cuda(:\d+)?['\"]$"))
 
@@ -90,6 +92,11 @@ class _Rename(cst.CSTTransformer):
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
         new = self.names.get(original_node.value)
         return updated_node.with_changes(value=new) if new else updated_node
+
+
+def rename_reads(node: cst.BaseStatement, names: Mapping[str, str]) -> cst.BaseStatement:
+    """`node` with the variables in `names` renamed (not attribute names nor keywords)."""
+    return node.visit(_Rename(names))  # type: ignore[return-value]
 
 
 def _with_params(fn: cst.FunctionDef, params: list[Param]) -> cst.FunctionDef:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CHROMIUM = "/usr/bin/chromium"
 # Flags for a closed network: without the background-networking ones Chromium keeps dialling out.
@@ -38,6 +39,17 @@ class Lab:
         return f"{self.url}{path}?token={self.token}"
 
 
+def _make_lab() -> Any:
+    """scripts/lab.py as a module (scripts/ is not a package)."""
+    path = Path(__file__).resolve().parent.parent / "scripts" / "lab.py"
+    spec = importlib.util.spec_from_file_location("trainmate_make_lab", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -60,17 +72,16 @@ def running_lab(
     token = secrets.token_hex(16)
     port = _free_port()
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), **(env or {})}
-    cmd = [
-        sys.executable, "-m", "jupyter", "lab", "--no-browser",
+    # The command `make lab` runs (scripts/lab.py), on this test's own folders and port.
+    cmd = _make_lab().command(root, [
+        "--no-browser",
         "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+        f"--IdentityProvider.token={token}",
         f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
         f"--LabApp.user_settings_dir={tmp / 'settings'}",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.extension_manager=readonly",
-    ]  # fmt: skip
-    if os.geteuid() == 0:  # CI runs as root
-        cmd.append("--allow-root")
+    ])  # fmt: skip
     log = (tmp / "lab.log").open("w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"

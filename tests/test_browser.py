@@ -106,8 +106,13 @@ def start_session_kernel(lab: Lab, notebook: str) -> BlockingKernelClient:
 @pytest.mark.slow
 def test_sidebar_shows_host_metrics_and_a_train_run_while_it_runs(tmp_path: Path) -> None:
     with running_lab(tmp_path) as lab, browser_page() as page:
+        bundled = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+        for notebook in bundled:  # the folder `make lab` opens
+            (lab.root / notebook.name).write_bytes(notebook.read_bytes())
         nbformat.write(nbformat.v4.new_notebook(), lab.root / "train_demo.ipynb")
         open_panel(page, lab)
+        for notebook in bundled:
+            page.locator(".jp-DirListing-itemText", has_text=notebook.name).wait_for(timeout=30_000)
         # This machine has no GPU: the panel says why, and shows the host.
         status = page.locator(".jp-TrainmatePanel-status")
         page.wait_for_function(

@@ -114,7 +114,8 @@ def test_epoch_loop_around_a_batch_loop_counts_epochs_enumerate_and_tqdm_stay_ou
     )
 
 
-def test_a_counter_loop_is_left_alone_with_its_reason() -> None:
+def test_a_counter_loop_is_watched_and_the_session_learns_what_its_passes_are() -> None:
+    """Steps (it draws its own data) or epochs (a batch loop runs inside, maybe in a function)."""
     check(
         """\
         for step in range(100):
@@ -122,17 +123,60 @@ def test_a_counter_loop_is_left_alone_with_its_reason() -> None:
             opt.step()
         """,
         """\
-        for step in range(100):
+        for step in __trainmate__.loop(range(100)):
             __trainmate__.backward(model(x).sum())
             __trainmate__.step(opt)
         """,
         [
-            "left alone   cell line 1: loop over range(100) (a counter, not batches: steps are "
-            "counted at optimizer steps)",
+            "instrumented cell line 1: loop over range(100) (each pass that trains is a step; "
+            "passes holding other training loops are epochs)",
             "instrumented cell line 2: model(x).sum().backward()",
             "instrumented cell line 3: opt.step()",
         ],
     )
+
+
+def test_a_counter_loop_inside_the_batch_loop_is_left_alone() -> None:
+    check(
+        """\
+        for real in loader:
+            for _ in range(3):
+                critic(real).mean().backward()
+        """,
+        """\
+        for real in __trainmate__.batches(loader):
+            for real in __trainmate__.parts(real, ()):  # RETRY
+                with __trainmate__.oom_guard:  # RETRY
+                    for _ in range(3):
+                        __trainmate__.backward(critic(real).mean())
+        """,
+        [
+            "instrumented cell line 1: batch loop over loader (timed; prefetched per --prefetch; "
+            "retried as micro-batches on out-of-memory)",
+            "left alone   cell line 2: loop over range(3) (inside the batch loop: the batch is the "
+            "step)",
+            "instrumented cell line 3: critic(real).mean().backward()",
+        ],
+    )
+
+
+def test_a_loop_over_the_notebooks_models_is_not_the_batch_loop() -> None:
+    import torch
+
+    nets = [torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)]
+    namespace = {"nets": nets, "opts": [torch.optim.SGD(n.parameters(), lr=0.1) for n in nets]}
+    source = (
+        "for xb in loader:\n    for net, o in zip(nets, opts):\n        net(xb).sum().backward()\n"
+    )
+    result = rewrite_cell(source, namespace)
+    assert "for xb in __trainmate__.batches(loader):" in result.code
+    assert notes_of(result) == [
+        "instrumented cell line 1: batch loop over loader (timed; prefetched per --prefetch; "
+        "retried as micro-batches on out-of-memory)",
+        "left alone   cell line 2: loop over zip(nets, opts) (inside the batch loop: the batch is "
+        "the step)",
+        "instrumented cell line 3: net(xb).sum().backward()",
+    ]
 
 
 def test_a_break_keeps_leaving_the_batch_loop_under_the_retry_point() -> None:

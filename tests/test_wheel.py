@@ -52,6 +52,7 @@ def test_wheel_contents(wheel: Path) -> None:
     # refactor/ is installed as jupyter_trainmate.refactor: PyPI's unrelated `refactor` owns the name
     assert "jupyter_trainmate/refactor/__init__.py" in names
     assert "jupyter_trainmate/refactor/pipeline.py" in names
+    assert "jupyter_trainmate/refactor/templates/main.py.tmpl" in names  # package data
     assert {n.split("/")[0] for n in names if "/" in n and ".dist-info/" not in n} == {
         "jupyter_trainmate",
         f"jupyter_trainmate-{jupyter_trainmate.__version__}.data",
@@ -75,11 +76,18 @@ def test_wheel_installs_without_node(wheel: Path, tmp_path: Path) -> None:
     python = str(bin_dir / "python")
     # The same torch as here first: a bare `torch` requirement would pull a multi-GB CUDA build.
     run([python, "-m", "pip", "install", "-q", f"torch=={torch.__version__.split('+')[0]}"], env)
-    which_torch = "import torch, os; print(torch.__version__, os.stat(torch.__file__).st_mtime_ns)"
-    torch_before = run([python, "-c", which_torch], env, tmp_path)
+    which_torch = (
+        "import torch, os; print('torch', torch.__version__, os.stat(torch.__file__).st_mtime_ns)"
+    )
+
+    def installed_torch() -> str:  # torch may warn on stderr (no numpy yet): read the stdout line
+        out = run([python, "-c", which_torch], env, tmp_path)
+        return next(line for line in out.splitlines() if line.startswith("torch "))
+
+    torch_before = installed_torch()
     run([python, "-m", "pip", "install", "-q", str(wheel)], env)
     # The torch that was there (a CUDA build a user chose, say) is kept, not replaced.
-    assert run([python, "-c", which_torch], env, tmp_path) == torch_before
+    assert installed_torch() == torch_before
     magic = (
         "from IPython.core.interactiveshell import InteractiveShell as S; ip = S.instance(); "
         "ip.run_line_magic('load_ext', 'jupyter_trainmate'); print(sorted(ip.magics_manager.magics['cell']))"

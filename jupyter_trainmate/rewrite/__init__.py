@@ -15,6 +15,7 @@ at the user's own line.
 from __future__ import annotations
 
 import inspect
+import sys
 import types
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -38,7 +39,7 @@ from .functions import (
     notebook_function,
     notebook_method,
 )
-from .loops import BatchLoopTransformer
+from .loops import BatchLoopTransformer, iterated_names
 from .magics import MagicTransformer, code_of, magic_calls
 from .retry import MARK, RetryTransformer, compile_rewritten
 
@@ -99,23 +100,45 @@ class RewriteResult:
 
 
 def rewrite_source(
-    source: str, context: RewriteContext, trainers: frozenset[str] = frozenset()
+    source: str,
+    context: RewriteContext,
+    trainers: frozenset[str] = frozenset(),
+    model_lists: frozenset[str] = frozenset(),
 ) -> tuple[str, CodeFacts]:
     """Rewrite one piece of code (a cell or a function). Raises libcst's ParserSyntaxError.
 
-    The facts' lines are `source`'s own (not moved by `context.line_offset`).
+    The facts' lines are `source`'s own (not moved by `context.line_offset`). `model_lists` names
+    the lists of models or optimizers the code may loop over (see `loops.over_models`).
     """
     wrapper = cst.MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
     facts = read_facts(wrapper, trainers)
     for line, code in facts.gradient_reads:
         context.left_alone(line, code, GRADIENT_READ)
-    looped = wrapper.visit(BatchLoopTransformer(context, facts))
+    looped = wrapper.visit(BatchLoopTransformer(context, facts, model_lists))
     called = cst.MetadataWrapper(looped, unsafe_skip_copy=True).visit(TrainCallTransformer(context))
     retried = called.visit(RetryTransformer())
-    magics = MagicTransformer(context, lambda code, inner: rewrite_source(code, inner, trainers))
+    magics = MagicTransformer(
+        context, lambda code, inner: rewrite_source(code, inner, trainers, model_lists)
+    )
     done = cst.MetadataWrapper(retried, unsafe_skip_copy=True).visit(magics)
     shift = -context.line_offset
     return done.code, reduce(CodeFacts.merged, (f.shifted(shift) for f in magics.facts), facts)
+
+
+def _model_lists(modules: list[cst.Module], namespace: Mapping[str, object]) -> frozenset[str]:
+    """Names the code iterates that hold a list or tuple of models or optimizers."""
+    torch = sys.modules.get("torch")  # not imported: the namespace holds no models
+    if torch is None:
+        return frozenset()
+    kinds = (torch.nn.Module, torch.optim.Optimizer)
+    found = set()
+    for name in sorted(set().union(*(iterated_names(module) for module in modules))):
+        value = namespace.get(name)
+        if isinstance(value, torch.nn.ModuleList) or (
+            isinstance(value, list | tuple) and value and all(isinstance(v, kinds) for v in value)
+        ):
+            found.add(name)
+    return frozenset(found)
 
 
 def _names_in(module: cst.Module) -> tuple[set[str], Methods]:
@@ -379,7 +402,12 @@ def _rewrite_cell(
     if reach is not None:
         reach.run(*_names_in(module))
     trainers = reach.trainers() if reach is not None else frozenset()
-    code, facts = rewrite_source(source, context, trainers)
+    model_lists = (
+        _model_lists([module, *(r.module for r in reach.found.values())], namespace)
+        if reach is not None and namespace is not None
+        else frozenset()
+    )
+    code, facts = rewrite_source(source, context, trainers, model_lists)
     notes = [*context.sorted_notes(), *(reach.notes if reach is not None else ())]
     batch_sources = list(context.batch_sources)
     functions = []
@@ -387,7 +415,7 @@ def _rewrite_cell(
         fn = r.source
         fn_context = RewriteContext(f"{fn.kind} {fn.name}", line_offset=fn.first_line - 1)
         try:
-            new_source, fn_facts = rewrite_source(fn.source, fn_context, trainers)
+            new_source, fn_facts = rewrite_source(fn.source, fn_context, trainers, model_lists)
         except cst.ParserSyntaxError:
             continue
         if any(n.kind == "instrumented" for n in fn_context.notes):

@@ -3,7 +3,8 @@ A read-only pass over the code: which loops train, and what the code already doe
 
 Its answers steer the transformers: a loop is a training loop when `.backward()` is called in its
 body (not counting nested function definitions), directly or through a notebook function that
-trains; the code brings its own mixed precision when it
+trains, or when its body steps an optimizer with a closure defined in the code that calls
+`.backward()` (`lbfgs.step(closure)`); the code brings its own mixed precision when it
 names `autocast` or `GradScaler`; it accumulates by hand when an `if` on a `%` test guards an
 optimizer `step()`; it reads gradients the session cannot unscale first (`p.grad`, clipping under
 a name it does not know), which rules out fp16 with a GradScaler.
@@ -109,12 +110,15 @@ class _FactsVisitor(cst.CSTVisitor):
         self.step_loops: set[cst.CSTNode] = set()  # innermost loops around a backward()
         self._loops: list[cst.CSTNode] = []
         self._saved: list[list[cst.CSTNode]] = []
+        self._closures: set[str] = set()  # functions defined here that call backward()
 
     def _line(self, node: cst.CSTNode) -> int:
         return int(self.get_metadata(cst.metadata.PositionProvider, node).start.line)
 
     # A nested def or lambda starts a fresh loop stack: its body runs when called, not in the loop.
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if m.findall(node.body, BACKWARD):
+            self._closures.add(node.name.value)
         self._saved.append(self._loops)
         self._loops = []
 
@@ -132,6 +136,15 @@ class _FactsVisitor(cst.CSTVisitor):
 
     def leave_While(self, original_node: cst.While) -> None:
         self._loops.pop()
+
+    def _steps_a_closure(self, node: cst.Call) -> bool:
+        """`lbfgs.step(closure)` where `closure` is defined here and calls backward()."""
+        return (
+            m.matches(node, STEP)
+            and bool(node.args)
+            and isinstance(node.args[0].value, cst.Name)
+            and node.args[0].value.value in self._closures
+        )
 
     def _calls_trainer(self, node: cst.Call) -> bool:
         """A call of a notebook function (`f()`) or method (`.f()`) that trains."""
@@ -172,7 +185,7 @@ class _FactsVisitor(cst.CSTVisitor):
         is_backward = m.matches(node, BACKWARD)
         if is_backward:
             self.backward_calls += 1
-        if is_backward or self._calls_trainer(node):
+        if is_backward or self._calls_trainer(node) or self._steps_a_closure(node):
             self.training_loops.update(self._loops)
             if self._loops:
                 self.step_loops.add(self._loops[-1])

@@ -6,7 +6,14 @@ other than a `range` gets its iterable wrapped: `for x, y in loader:` becomes
 `for x, y in __trainmate__.batches(loader):`. `enumerate(...)` and `tqdm(...)` keep their place
 outside the wrapper, so counters, `start=` and progress bars behave as before. Inside training
 loops, `next(iterator)` becomes `__trainmate__.next_batch(iterator)` so `while` loops that pull
-batches by hand are timed too. Every change is inline: line numbers do not move.
+batches by hand are timed too.
+
+A training loop over a counter (`range(...)`, or a list of the notebook's models) is not a batch
+loop. Inside a batch loop it is left alone (the batch is the step). Elsewhere it becomes
+`__trainmate__.loop(range(...))`, and the session learns at run time what its passes are: steps
+when nothing inside it iterates batches (`for step in range(1000):` drawing its own data), epochs
+when a loop inside it does (`for epoch in range(3): train_one_epoch()`, the batch loop in the
+called function). Every change is inline: line numbers do not move.
 """
 
 from __future__ import annotations
@@ -46,6 +53,29 @@ def is_range_like(node: cst.BaseExpression) -> bool:
     return False
 
 
+def iterated_names(module: cst.Module) -> set[str]:
+    """Names a `for` loop or comprehension iterates: `x` in `for a in x`, `zip(x, ...)`,
+    `enumerate(x)`: the rewrite asks the namespace which of them hold models (see `over_models`)."""
+    found: set[str] = set()
+    for node in m.findall(module, m.For() | m.CompFor()):
+        iterable = node.iter if isinstance(node, cst.For | cst.CompFor) else None
+        while isinstance(iterable, cst.Call) and _callee(iterable) in {*KEEP_OUTSIDE, "zip"}:
+            iterable = iterable.args[0].value if iterable.args else None
+        if isinstance(iterable, cst.Name):
+            found.add(iterable.value)
+    return found
+
+
+def over_models(node: cst.BaseExpression, model_lists: frozenset[str]) -> bool:
+    """`nets`, `zip(nets, opts)`, `enumerate(nets)`, where `nets` holds the notebook's models or
+    optimizers: a loop over them trains each in turn; it does not iterate batches."""
+    if isinstance(node, cst.Name):
+        return node.value in model_lists
+    if _callee(node) in {*KEEP_OUTSIDE, "zip"} and isinstance(node, cst.Call) and node.args:
+        return over_models(node.args[0].value, model_lists)
+    return False
+
+
 def _innermost(iterable: cst.BaseExpression) -> cst.BaseExpression:
     """What `_wrap` wraps: the first argument through enumerate()/tqdm()."""
     if (
@@ -74,11 +104,16 @@ def _wrap(iterable: cst.BaseExpression, method: str = "batches") -> cst.BaseExpr
 class BatchLoopTransformer(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (cst.metadata.PositionProvider,)
 
-    def __init__(self, context: RewriteContext, facts: CodeFacts) -> None:
+    def __init__(
+        self, context: RewriteContext, facts: CodeFacts, model_lists: frozenset[str] = frozenset()
+    ) -> None:
         super().__init__()
         self.context = context
         self.facts = facts
-        self._frames: list[dict[str, bool]] = []  # per enclosing loop: does it hold a wrapped loop?
+        self._model_lists = model_lists
+        # Per enclosing loop: does it hold a wrapped loop? Is it itself a batch loop candidate (a
+        # training loop over something other than a counter)?
+        self._frames: list[dict[str, bool]] = []
         self._saved: list[list[dict[str, bool]]] = []
         self._training_depth = 0
 
@@ -95,8 +130,17 @@ class BatchLoopTransformer(cst.CSTTransformer):
         self._frames = self._saved.pop()
         return updated_node
 
+    def _counter(self, iterable: cst.BaseExpression) -> bool:
+        return is_range_like(iterable) or over_models(iterable, self._model_lists)
+
     def _enter_loop(self, node: cst.CSTNode) -> None:
-        self._frames.append({"wrapped_inside": False})
+        candidate = (
+            isinstance(node, cst.For)
+            and node in self.facts.training_loops
+            and node.asynchronous is None
+            and not self._counter(node.iter)
+        )
+        self._frames.append({"wrapped_inside": False, "batch_candidate": candidate})
         if node in self.facts.training_loops:
             self._training_depth += 1
 
@@ -128,12 +172,19 @@ class BatchLoopTransformer(cst.CSTTransformer):
         elif original_node in self.facts.training_loops and not wrapped:
             if original_node.asynchronous is not None:
                 self.context.left_alone(line, f"async loop over {code}", "async iteration")
-            elif is_range_like(original_node.iter):
-                self.context.left_alone(
-                    line,
-                    f"loop over {code}",
-                    "a counter, not batches: steps are counted at optimizer steps",
-                )
+            elif self._counter(original_node.iter):
+                if any(f["batch_candidate"] for f in self._frames):
+                    self.context.left_alone(
+                        line, f"loop over {code}", "inside the batch loop: the batch is the step"
+                    )
+                else:
+                    self.context.instrumented(
+                        line,
+                        f"loop over {code}",
+                        "each pass that trains is a step; passes holding other training loops "
+                        "are epochs",
+                    )
+                    updated_node = updated_node.with_changes(iter=_wrap(updated_node.iter, "loop"))
             else:
                 retried = batch_target(original_node.target, _wrap(original_node.iter)) is not None
                 self.context.instrumented(

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 T = TypeVar("T")
@@ -93,3 +94,55 @@ def batch_size(batch: object) -> int:
         if size:
             return size
     return 0
+
+
+def leading_size(batch: object) -> int:
+    """The leading dimension of a batch's first tensor or numpy array (0 when it has none)."""
+    size = batch_size(batch)
+    if size or isinstance(batch, torch.Tensor):
+        return size
+    if isinstance(batch, np.ndarray):
+        return int(batch.shape[0]) if batch.ndim else 0
+    if isinstance(batch, list | tuple):
+        items: Iterable[object] = batch
+    elif isinstance(batch, Mapping):
+        items = batch.values()
+    else:
+        return 0
+    for item in items:
+        size = leading_size(item)
+        if size:
+            return size
+    return 0
+
+
+class SampleCounter:
+    """Samples in each batch of one pass over `iterable`.
+
+    A DataLoader that batches by itself (`batch_size` set, a sampler with a length) gives exact
+    counts: `batch_size` per batch, the remainder in the last one unless `drop_last`. Anything
+    else is counted by `leading_size`, and `exact` is False.
+    """
+
+    def __init__(self, iterable: object, start: int = 0) -> None:
+        self.exact = False
+        self._size = 0
+        self._left = 0
+        if isinstance(iterable, torch.utils.data.DataLoader) and iterable.batch_size:
+            try:
+                total = len(iterable.sampler)  # type: ignore[arg-type]
+            except TypeError:  # an iterable-style dataset: no length
+                return
+            size = int(iterable.batch_size)
+            if iterable.drop_last:
+                total -= total % size
+            self.exact = True
+            self._size = size
+            self._left = max(0, total - start * size)
+
+    def __call__(self, batch: object) -> int:
+        if not self.exact:
+            return leading_size(batch)
+        count = min(self._size, self._left)
+        self._left -= count
+        return count

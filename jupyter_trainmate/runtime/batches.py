@@ -5,6 +5,16 @@ loader tuning (`--tune-loader`) and the loader facts the advice reads.
 
 The per-step path is `_iterate_plain`: a plain for loop, bound methods in locals, no try/except
 per batch. Everything else runs once per epoch.
+
+What counts: a batch is a training step when a "signal" (a backward() or an optimizer step, which
+the session reports in `signals`) came while it was in hand; a batch that brought none (a
+validation batch, even through the same `run_epoch()` as training) is taken back out of the
+counts, and a pass is an epoch when one of its batches trained. A training loop over a counter
+(`range(...)`) that the rewrite hands to `counter_loop` is classified as it runs: its passes are
+steps when nothing inside iterates batches (a loop that draws its own data), and it is an epoch
+loop when a batch loop or another counter loop runs inside it (also in a function it calls).
+Samples are counted exactly from a DataLoader's batch size and sampler, else by the first
+dimension of each batch (a guess, and `samples_source` says so).
 """
 
 from __future__ import annotations
@@ -18,12 +28,13 @@ import torch
 
 from ..monitor.host import usable_cpus
 from .accumulation import Accumulation
-from .batch import batch_size
+from .batch import SampleCounter, leading_size
 from .device import Placement
 from .guarding import Guards
 from .loader import LoaderInfo, loader_info
 from .prefetch import CudaPrefetcher, FirstOnThisThread, ThreadPrefetcher, auto_thread
 from .resume import Checkpoints
+from .summary import SamplesSource
 from .timing import StepTimer
 from .tune import LoaderTuner, tunable
 
@@ -38,6 +49,29 @@ class EpochPosition:
     steps_per_epoch: int | None
     fraction: float | None  # 0..1 when the epoch loop and the loader have lengths
     steps_left: int | None  # steps to the end of the last epoch, when known
+
+
+class Signals:
+    """Backward() calls and optimizer steps so far: the session adds, the batch loops compare."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+class _CounterLoop:
+    """A counter loop in progress (`Batches.counter_loop`): what is known of it so far."""
+
+    __slots__ = ("epochs_at_start", "epochs_mark", "inner", "length", "outer", "steps")
+
+    def __init__(self, length: int | None, epochs_at_start: int, epochs_mark: int) -> None:
+        self.length = length
+        self.epochs_at_start = epochs_at_start
+        self.epochs_mark = epochs_mark  # epochs() calls seen when the current pass began
+        self.inner = False  # a batch loop, a counter loop or next() ran in the current pass
+        self.outer = False  # other loops run inside it: its passes are epochs (or folds)
+        self.steps = 0  # passes that were steps
 
 
 class BatchLoop:
@@ -96,6 +130,13 @@ class Batches:
         self._epoch_first_step = 0
         self._in_epoch = False
         self._tuners: dict[int, LoaderTuner | None] = {}
+        self.signals = Signals()
+        self._in_batch = 0  # batch loop bodies in progress: a counter loop inside one is no step
+        self._loops: list[_CounterLoop] = []  # counter loops in progress, innermost last
+        self._epochs_calls = 0  # epochs() calls: an explicit epoch loop outranks a counter loop
+        self._uncounted = [0, 0, 0]  # steps, samples, passes taken back as not training
+        self._samples_counted = False  # a batch loop or next() counted samples
+        self._samples_guessed = False  # ... some by the batches' first dimension
 
     @property
     def epoch_index(self) -> int:
@@ -108,6 +149,7 @@ class Batches:
     def epochs(self, iterable: Iterable[Any]) -> Iterable[Any]:
         """The epoch loop's iterable, returned as is: the session only learns its length (and,
         resuming, skips the epochs the checkpoint had finished)."""
+        self._epochs_calls += 1
         try:
             self.epochs_total = len(iterable)  # type: ignore[arg-type]
         except TypeError:
@@ -123,11 +165,30 @@ class Batches:
 
     def next_batch(self, iterator: Iterator[Any], *default: Any) -> Any:
         """`next(iterator)` in a hand-written loop, timed as a step."""
+        self._inner_loop_started(epochs=False)
         timer = self._timer
         timer.before_fetch()
         batch = next(iterator, *default)
-        timer.after_fetch(batch_size(batch))
+        timer.after_fetch(leading_size(batch))
+        self._samples_counted = self._samples_guessed = True
         return batch
+
+    def counted(self) -> tuple[int, int, int]:
+        """Steps, samples and epochs for the summary. When no signal came at all (the training
+        calls ran where the session could not see them), the batches taken back count again:
+        there is nothing to tell training from validation by."""
+        totals = self._timer.totals
+        steps, samples, epochs = totals.steps, totals.samples, self.epochs_seen
+        if not self.signals.count:
+            steps, samples = steps + self._uncounted[0], samples + self._uncounted[1]
+            epochs += self._uncounted[2]
+        return steps, samples, epochs
+
+    @property
+    def samples_source(self) -> SamplesSource:
+        if not self._samples_counted:
+            return "none"
+        return "batch dim 0" if self._samples_guessed else "loader"
 
     def epoch(self, iterable: Iterable[Any]) -> Iterator[Any]:
         """One pass over a batch loop's iterable (what `iter()` on a `BatchLoop` returns)."""
@@ -140,17 +201,19 @@ class Batches:
         checkpoints = self._checkpoints
         if checkpoints.resuming:
             source, done = checkpoints.resumed_epoch(iterable)
-            return self._iterate(self._source(source), remaining, done)
+            counter = SampleCounter(iterable, done)
+            return self._iterate(self._source(source), remaining, counter, done)
         checkpoints.epoch_starting()  # before iter() draws: a resume redraws this order
         self._guards.epoch_started()
         if self._tune_loader and isinstance(iterable, torch.utils.data.DataLoader):
             tuner = self._tuner(iterable)
             if tuner is not None:
                 if tuner.best is None:  # first epoch: try the candidates on its own batches
-                    return self._iterate(self._source(tuner.first_epoch()), remaining)
+                    counter = SampleCounter(iterable)
+                    return self._iterate(self._source(tuner.first_epoch()), remaining, counter)
                 iterable = tuner.later_loader()
                 self.loader_info = loader_info(iterable)  # advice about the loader in use
-        return self._iterate(self._source(iterable), remaining)
+        return self._iterate(self._source(iterable), remaining, SampleCounter(iterable))
 
     def position(self, steps: int) -> EpochPosition:
         """Where the run is after `steps` steps (any thread)."""
@@ -195,42 +258,144 @@ class Batches:
         return iter(iterable)
 
     def _iterate(
-        self, source: Iterator[Any], remaining: int | None, done: int = 0
+        self, source: Iterator[Any], remaining: int | None, counter: SampleCounter, done: int = 0
     ) -> Iterator[Any]:
         if self._checkpoints.directory is None:
-            return self._iterate_plain(source, remaining)
+            return self._iterate_plain(source, remaining, counter)
         left = None if remaining is None else remaining - done
-        return self._checkpoints.iterate(self._iterate_plain(source, left), done, self.epoch_index)
+        return self._checkpoints.iterate(
+            self._iterate_plain(source, left, counter), done, self.epoch_index
+        )
 
-    def _iterate_plain(self, source: Iterator[Any], remaining: int | None) -> Iterator[Any]:
+    def _iterate_plain(
+        self, source: Iterator[Any], remaining: int | None, counter: SampleCounter
+    ) -> Iterator[Any]:
         # The per-step path: a plain for loop, bound methods in locals, no try/except per batch.
-        timer = self._timer
-        before, after, size = timer.before_fetch, timer.after_fetch, batch_size
+        # A batch that brought no signal is taken back out of the counts (see the module's
+        # docstring); the pass becomes the epoch in progress at its first batch that trained.
+        timer, signals = self._timer, self.signals
+        before, after, uncount = timer.before_fetch, timer.after_fetch, timer.uncount
         accumulation = self._accumulation
         track_last = remaining is not None and accumulation.every > 1
-        self.steps_per_epoch = remaining
-        self._epoch_first_step = timer.totals.steps
-        self._in_epoch = True
-        fetched = 0
+        per_epoch, first_step = remaining, timer.totals.steps
+        self._inner_loop_started(epochs=True)
+        self._samples_counted = True
+        self._samples_guessed |= not counter.exact
+        fetched = trained = 0
+        holding = False
+        mark = signals.count
         try:
             before()
             for batch in source:
-                after(size(batch))
+                samples = counter(batch)
+                after(samples)
                 fetched += 1
                 if track_last:
                     remaining -= 1  # type: ignore[operator]
                     accumulation.last_batch = remaining == 0
+                mark = signals.count
+                if fetched == 1 and mark:
+                    # The run has trained before: show this pass as the epoch in progress from
+                    # its first batch (taken back below if that batch does not train).
+                    shown = (self.steps_per_epoch, self._epoch_first_step, self._in_epoch)
+                    self.steps_per_epoch, self._epoch_first_step = per_epoch, first_step
+                    self._in_epoch = True
+                self._in_batch += 1
+                holding = True
                 yield batch
+                holding = False
+                self._in_batch -= 1
+                if signals.count == mark:
+                    uncount(samples)
+                    self._uncounted[0] += 1
+                    self._uncounted[1] += samples
+                    if fetched == 1 and mark:
+                        self.steps_per_epoch, self._epoch_first_step, self._in_epoch = shown
+                elif not trained:
+                    trained = 1
+                    self.steps_per_epoch = per_epoch
+                    self._epoch_first_step = first_step
+                    self._in_epoch = True
+                else:
+                    trained += 1
                 before()
             self._guards.epoch_ended()
         finally:
-            if fetched:
-                self.epochs_seen += 1  # an iter() that fetched nothing (tqdm's spare one): no epoch
-            self._in_epoch = False
+            if holding:  # left from inside the body (break, an exception): did the batch train?
+                self._in_batch -= 1
+                if signals.count != mark:
+                    trained += 1
+            if trained:
+                self.epochs_seen += 1
+                self._in_epoch = False
+            elif fetched:  # a validation pass (an iter() that fetched nothing is no pass at all)
+                self._uncounted[2] += 1
             accumulation.last_batch = False
             close = getattr(source, "close", None)
             if close is not None:
                 close()
+
+    def counter_loop(self, iterable: Iterable[Any]) -> Iterable[Any]:
+        """A training loop over a counter (`range(...)`, a list of models; see `rewrite.loops`).
+
+        Inside a batch loop's body it is returned as is: the batch is the step. Elsewhere each
+        pass is a step when it brought a signal and no loop inside it iterated batches; when a
+        batch loop or another counter loop runs inside it, it is an epoch loop (its length is
+        the epoch total for progress and ETA) and the loops inside count. Iterating it yields
+        exactly what the original yields.
+        """
+        if self._in_batch:
+            return iterable
+        return self._counter_passes(iterable)
+
+    def _counter_passes(self, iterable: Iterable[Any]) -> Iterator[Any]:
+        try:
+            length: int | None = len(iterable)  # type: ignore[arg-type]
+        except TypeError:
+            length = None
+        parent = self._loops[-1] if self._loops else None
+        self._inner_loop_started(epochs=True)
+        frame = _CounterLoop(length, self.epochs_seen, self._epochs_calls)
+        self._loops.append(frame)
+        timer, signals = self._timer, self.signals
+        first_step = timer.totals.steps
+        try:
+            for item in iterable:
+                frame.inner = False
+                frame.epochs_mark = self._epochs_calls
+                provisional = not frame.outer  # a step, unless a loop inside it counts
+                if provisional:
+                    timer.before_fetch()
+                    timer.after_fetch(0)
+                mark = signals.count
+                yield item
+                if provisional:
+                    if frame.inner or signals.count == mark:
+                        timer.uncount(0)
+                    else:
+                        frame.steps += 1
+                        if frame.steps == 1 and parent is not None:  # an epoch, as a batch pass
+                            self.steps_per_epoch = length
+                            self._epoch_first_step = first_step
+                            self._in_epoch = True
+        finally:
+            self._loops.remove(frame)
+            if frame.steps and parent is not None:
+                self.epochs_seen += 1  # a pass of steps that the loop around it repeats
+                self._in_epoch = False
+
+    def _inner_loop_started(self, epochs: bool) -> None:
+        """A batch loop or a counter loop (`epochs`), or a next() fetch, starts inside the
+        innermost counter loop in progress: that loop's current pass is not a step itself."""
+        if not self._loops or self._in_batch:
+            return
+        frame = self._loops[-1]
+        frame.inner = True
+        if epochs and not frame.outer:
+            frame.outer = True
+            if self._epochs_calls == frame.epochs_mark:  # no explicit epoch loop in between
+                self.epochs_total = frame.length
+                self._epochs_base = frame.epochs_at_start
 
     def _tuner(self, loader: torch.utils.data.DataLoader[Any]) -> LoaderTuner | None:
         key = id(loader)

@@ -16,6 +16,11 @@ from .stepping import Stepping
 from .summary import Outcome, RunProgress, RunSummary
 from .timing import StepTimer
 
+UNREACHED = (
+    "steps counted at optimizer steps: the rewrite reached no training loop (%%train --show "
+    "says why)"
+)
+
 
 class Report:
     """Events, metrics, progress and summary of one run."""
@@ -57,11 +62,16 @@ class Report:
         for listener in self.on_log:
             listener(step, values)
 
-    def progress(self, batches: Batches, stepping: Stepping, last_loss: Any) -> RunProgress:
-        """Where the run is (any thread; reads the last loss, a synchronisation on a GPU)."""
+    def progress(
+        self, batches: Batches, stepping: Stepping, last_loss: Any, backwards: int = 0
+    ) -> RunProgress:
+        """Where the run is (any thread; reads the last loss, a synchronisation on a GPU).
+
+        Steps fall back as the summary's do, so a loop the session cannot time (a `while` loop
+        drawing its own batches) still moves the progress."""
         totals = self._timer.totals
         wall = time.perf_counter() - self.started
-        steps = totals.steps
+        steps = totals.steps or backwards or stepping.total
         at = batches.position(steps)
         eta = None
         if at.steps_left is not None and steps and wall > 0:
@@ -88,9 +98,16 @@ class Report:
     def summary(
         self, outcome: Outcome, batches: Batches, stepping: Stepping, backwards: int
     ) -> RunSummary:
-        """What the run did so far (`steps` falls back to backward() calls: loops it could not
-        time still count)."""
+        """What the run did so far (`steps` falls back to backward() calls, then to optimizer
+        steps: loops it could not time still count, and a summary never shows 0 steps beside
+        optimizer steps)."""
         totals = self._timer.totals
+        steps, samples, epochs = batches.counted()
+        steps = steps or backwards
+        if not steps and stepping.total:
+            steps = stepping.total
+            if UNREACHED not in self.events:
+                self.event(UNREACHED)
         return RunSummary(
             outcome=outcome,
             device=self._device,
@@ -98,11 +115,11 @@ class Report:
             amp_reason=self._amp.reason,
             prefetch=batches.prefetch_used,
             accumulate=self._accumulate,
-            steps=totals.steps or backwards,
+            steps=steps,
             optimizer_steps=stepping.total,
             optimizer_steps_by_optimizer=tuple(stepping.counts.values()),
-            epochs=batches.epochs_seen,
-            samples=totals.samples,
+            epochs=epochs,
+            samples=samples,
             wall_s=time.perf_counter() - self.started if self.started else 0.0,
             data_wait_s=totals.data_s,
             compute_s=totals.compute_s,
@@ -112,4 +129,5 @@ class Report:
             events=tuple(self.events),
             instrumented=self._instrumented,
             left_alone=self._left_alone,
+            samples_source=batches.samples_source,
         )

@@ -117,6 +117,8 @@ class TrainSession:
         )
         self.epochs = self._batches.epochs  # the calls the rewrite emits, bound once
         self.next_batch = self._batches.next_batch
+        self.loop = self._batches.counter_loop
+        self._signals = self._batches.signals  # backward() calls and optimizer steps, counted
         self._backwards = 0
         self._last_loss: Any = None
         # backward() with nothing to do but count: no loss guard, no scaler, no accumulation
@@ -203,7 +205,7 @@ class TrainSession:
 
     def progress(self) -> RunProgress:
         """A snapshot of where the run is, for the status file and the display (any thread)."""
-        return self.report.progress(self._batches, self.stepping, self._last_loss)
+        return self.report.progress(self._batches, self.stepping, self._last_loss, self._backwards)
 
     def log(self, values: dict[str, float]) -> None:
         """Metrics the cell reports with `jupyter_trainmate.log(name=value)`."""
@@ -220,6 +222,7 @@ class TrainSession:
     def backward(self, loss: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(loss, torch.Tensor):  # torch.autograd.backward(...) and the like
             return loss.backward(*args, **kwargs)
+        self._signals.count += 1  # this batch trains, even if a guard drops its update
         self._last_loss = loss  # read (and synchronised) only by the status writer, 1/s
         if self._plain_backward and self.oom_guard.count == 1:
             self.accumulation.pending += 1
@@ -265,6 +268,11 @@ class TrainSession:
 
     def step(self, target: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(target, torch.optim.Optimizer):
+            if args or kwargs:  # a closure (LBFGS): one step, however often it runs the closure
+                backwards = self._backwards
+                result = self.stepping.optimizer_step(target, args, kwargs)
+                self._backwards = backwards + 1
+                return result
             return self.stepping.optimizer_step(target, args, kwargs)
         if isinstance(target, LRScheduler):
             return self.stepping.scheduler_step(target, args, kwargs)
@@ -274,6 +282,7 @@ class TrainSession:
         # Runs after every real optimizer step anywhere (hooks reach code the rewrite cannot
         # see): keep it to one dict update and a flag.
         self._step_counts[id(optimizer)] += 1
+        self._signals.count += 1
         self.checkpoints.updated = True
 
 

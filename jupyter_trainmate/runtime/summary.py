@@ -6,11 +6,21 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Outcome = Literal["finished", "interrupted", "failed", "stopped early"]
+SamplesSource = Literal["loader", "batch dim 0", "none"]
+"""How a run's samples were counted: exactly from a DataLoader's batch size and sampler, from the
+leading dimension of each batch's first tensor or array (a guess: a time-major `(T, B)` batch
+gives T), or not at all (no batch loop)."""
 
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What one `%%train` run did. `steps` are micro-batches; `optimizer_steps` real updates."""
+    """What one `%%train` run did.
+
+    `steps` are the batches (micro-batches under `--accumulate`) that trained: a batch counts when
+    a backward() or an optimizer step happened while it was in hand, so validation batches do not.
+    `optimizer_steps` are real updates. `epochs` are passes over the training data that trained.
+    `samples_source` says how samples were counted (see `SamplesSource`).
+    """
 
     outcome: Outcome
     device: str
@@ -32,6 +42,7 @@ class RunSummary:
     events: tuple[str, ...] = field(default=())  # what the run reported: tuning, guards
     instrumented: tuple[str, ...] = field(default=())
     left_alone: tuple[str, ...] = field(default=())
+    samples_source: SamplesSource = "loader"
 
     @property
     def samples_per_s(self) -> float:
@@ -43,12 +54,19 @@ class RunSummary:
 
     def line(self) -> str:
         """One line for a log or a terminal."""
+        if self.samples_source == "none":
+            samples, rate = "samples not counted (no batch loop)", ""
+        elif self.samples_source == "batch dim 0":
+            samples = f"~{self.samples:,} samples (a guess: the first dimension of each batch)"
+            rate = f"~{self.samples_per_s:,.0f} samples/s, "
+        else:
+            samples, rate = f"{self.samples:,} samples", f"{self.samples_per_s:,.0f} samples/s, "
         return (
             f"trainmate: {self.outcome} after {self.epochs} epoch(s), {self.steps:,} steps "
-            f"({self.optimizer_steps:,} optimizer steps), {self.samples:,} samples in "
-            f"{self.wall_s:.1f} s: {self.samples_per_s:,.0f} samples/s, {self.steps_per_s:,.1f} "
-            f"steps/s, data wait {self.data_wait_share:.0%}; {self.device}, amp {self.amp}, "
-            f"prefetch {self.prefetch}, {self.skipped_steps} skipped step(s)"
+            f"({self.optimizer_steps:,} optimizer steps), {samples} in {self.wall_s:.1f} s: "
+            f"{rate}{self.steps_per_s:,.1f} steps/s, data wait {self.data_wait_share:.0%}; "
+            f"{self.device}, amp {self.amp}, prefetch {self.prefetch}, "
+            f"{self.skipped_steps} skipped step(s)"
         )
 
 

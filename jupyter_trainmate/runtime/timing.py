@@ -109,6 +109,13 @@ class StepTimer:
         totals.steps += 1
         totals.samples += samples
 
+    def uncount(self, samples: int) -> None:
+        """The step that began at the last `after_fetch` did not train (a validation batch, or a
+        pass of a loop whose batches are counted inside it): take it back out of the totals.
+        Its time stays in the totals."""
+        self.totals.steps -= 1
+        self.totals.samples -= samples
+
     def finish(self) -> StepTotals:
         """Close the last span and read every GPU time (synchronises once, at the end)."""
         self.before_fetch()

@@ -6,6 +6,16 @@
   cell, evaluation, redefinitions, display-only cells), runnable on a CPU in seconds.
 - `nbdev_style.ipynb`: nbdev's `#| default_exp` / `#| export` markers.
 - `old_v3.ipynb`: an nbformat 3 notebook (worksheets), written as JSON by hand.
+- `dataflow_versions.ipynb`: a function redefined between two calls (and a helper that calls
+  it), a constant set again, a display-only section: each call must run the version live there.
+- `dataflow_globals.ipynb`: `global` in functions (a counter, a list rebuilt), state a function
+  passed as a value reads (`map(pad, ...)`), state a class reads outside `__init__` (itself, or
+  through a function one of its methods calls).
+- `dataflow_names.ipynb`: a star import of the notebook's own helper module (`%%writefile`), an
+  import and a function of the same name, a class used by functions of other modules, and a
+  name the notebook never defines (pre-existing: listed, the package still imports), a default
+  value that is notebook state (`def described(v=vocab)`), a module imported inside `try:`.
+All three run on a CPU in a second, without torch: `--execute --check-equivalence` tests them.
 """
 
 from __future__ import annotations
@@ -435,7 +445,101 @@ def old_v3() -> None:
     (HERE / "old_v3.ipynb").write_text(json.dumps(notebook, indent=1) + "\n")
 
 
+def dataflow_versions() -> None:
+    save(
+        "dataflow_versions.ipynb",
+        [
+            md("# Versions\nA teaching notebook evolves a function."),
+            code("import math"),
+            md("## Data"),
+            code("xs = [1.0, 2.0, 3.0, 4.0]\n# tried: SCALE = 2.5\nSCALE = 1.0"),
+            md("## A first loss"),
+            code(
+                "def split_loss(split):\n"
+                "    return SCALE * sum(xs) / len(xs) * (1 if split == 'train' else 2)"
+            ),
+            code("def report(split):\n    return round(split_loss(split), 3)"),
+            code("first_train = split_loss('train')\nfirst_report = report('valid')"),
+            md("## A better loss"),
+            code("SCALE = 3.0"),
+            code("def split_loss(split):\n    return math.sqrt(SCALE * sum(x * x for x in xs))"),
+            code("second_train = split_loss('train')\nsecond_report = report('valid')"),
+            md("## Plots"),
+            code("print('losses', first_train, second_train)\nfor x in xs:\n    print(x)"),
+        ],
+    )
+
+
+def dataflow_globals() -> None:
+    save(
+        "dataflow_globals.ipynb",
+        [
+            md("# Globals\nState that functions share through the module."),
+            code("global_step = 0\nlayers = []"),
+            code(
+                "def step(n):\n    global global_step\n    global_step += n\n    return global_step"
+            ),
+            code("def add_layer(width):\n    global layers\n    layers = layers + [width]"),
+            md("## Train"),
+            code("for i in range(4):\n    step(i)\n    add_layer(i * 2)\nfinal_step = global_step"),
+            code("n_layers = float(len(layers))"),
+            md("## Padding"),
+            code("max_length = int('5')"),
+            code("def pad(seq):\n    return (seq + [0] * max_length)[:max_length]"),
+            code(
+                "padded = list(map(pad, [[1, 2], [3, 4, 5, 6, 7, 8]]))\ntotal = float(sum(map(sum, padded)))"
+            ),
+            md("## Scaling"),
+            code(
+                "class Scaler:\n"
+                "    def __init__(self, k):\n"
+                "        self.k = k\n\n"
+                "    def __call__(self, x):\n"
+                "        return x * self.k * width"
+            ),
+            code("width = float(len(padded))\nscaled = Scaler(2)(3.0)"),
+            code("offset = float(len('abc'))\ndef shift(x):\n    return x + offset"),
+            code("class Shifter:\n    def apply(self, x):\n        return shift(x) * 2"),
+            code("shifted = Shifter().apply(1.0)"),
+        ],
+    )
+
+
+def dataflow_names() -> None:
+    save(
+        "dataflow_names.ipynb",
+        [
+            md("# Names\nHelpers from a star import, a shadowed import, a class used everywhere."),
+            code("%%writefile helpers.py\ndef double(x):\n    return 2 * x\n\n\nHALF = 0.5\n"),
+            code("from helpers import *\nfrom math import floor"),
+            code("try:\n    import json\nexcept ImportError:\n    json = None"),
+            md("## Data"),
+            code(
+                "class Vocab:\n"
+                "    def __init__(self, words):\n"
+                "        self.index = {w: i for i, w in enumerate(sorted(set(words)))}\n\n"
+                "    def __len__(self):\n"
+                "        return len(self.index)"
+            ),
+            code("def load_vocab(text):\n    return Vocab(text.split())"),
+            code("def floor(x):\n    return int(x) - (1 if x < int(x) else 0)"),
+            code("vocab = load_vocab('a b c a b')\nsize = float(len(vocab))"),
+            code("def described(v=vocab):\n    return float(len(v.index))"),
+            code("n_words = described()"),
+            md("## Model"),
+            code("def tokenize(text):\n    return [vocab.index.get(w, 0) for w in text.split()]"),
+            code("def embed(text):\n    return [double(t) * HALF for t in tokenize(text)]"),
+            code("weights = embed('c b a')\nlowest = float(floor(-0.5))"),
+            code("encoded = float(len(json.dumps(weights)))"),
+            code("def never_called():\n    return undefined_thing + 1"),
+        ],
+    )
+
+
 if __name__ == "__main__":
+    dataflow_versions()
+    dataflow_globals()
+    dataflow_names()
     kitchen_sink()
     realistic()
     nbdev_style()

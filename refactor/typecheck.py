@@ -1,0 +1,235 @@
+"""
+mypy on the annotated package: the annotations it rejects are removed, and a function whose own
+code fails gets `@no_type_check` (with mypy's reason, for the report).
+
+mypy runs on a copy of the package's modules in a temporary folder, with its cache in a folder of
+the system's temporary directory kept between refactors (the first run reads torch's stubs, the
+next ones only the package). A few rounds at most: the first finds the errors, the next confirm
+the package is clean once the rejected annotations are gone.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import libcst as cst
+
+ROUNDS = 4
+ERROR = re.compile(
+    r"^(?P<path>[^:]+\.py):(?P<line>\d+): error: (?P<text>.*?)(?:  \[(?P<code>[\w-]+)\])?$"
+)
+ARGUMENT = re.compile(
+    r'^Argument (?:(?P<n>\d+)|"(?P<name>\w+)") to "(?P<fn>\w+)"(?: of "(?P<cls>\w+)")?'
+)
+
+
+@dataclass(frozen=True)
+class Checked:
+    files: dict[str, str]
+    result: str  # "clean", "not run: ...", "N errors left"
+    no_type_check: tuple[tuple[str, str], ...] = ()  # (module.function, mypy's first reason)
+    removed: tuple[str, ...] = ()  # annotations mypy rejected ("module.function(param)")
+
+
+@dataclass(frozen=True)
+class _Error:
+    module: str
+    line: int
+    text: str
+    code: str
+
+
+def cache_dir() -> str:
+    import mypy.version
+
+    name = f"trainmate-mypy-{mypy.version.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
+    return str(Path(tempfile.gettempdir()) / name)
+
+
+def run_mypy(folder: Path, package: str) -> list[_Error] | str:
+    """mypy's errors on `folder/package`, or a line saying why it could not run."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--cache-dir", cache_dir(),
+         "--config-file", os.devnull, "--no-error-summary", "--show-error-codes", "--no-pretty",
+         "--hide-error-context", "--no-color-output", "--follow-imports", "silent", package],
+        cwd=folder, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode not in (0, 1):
+        return f"not run: mypy failed ({(proc.stderr or proc.stdout).strip()[:200]})"
+    errors = []
+    for line in proc.stdout.splitlines():
+        found = ERROR.match(line)
+        if found and found["path"].startswith(f"{package}/"):
+            module = found["path"][len(package) + 1 : -3].replace("/", ".")
+            errors.append(_Error(module, int(found["line"]), found["text"], found["code"] or ""))
+    return errors
+
+
+def _functions(code: str) -> list[tuple[str, int, int, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """(qualname, first line, last line, node) of the module's functions and methods."""
+    found = []
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    for node in tree.body:
+        members = [(node, "")] if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else []
+        if isinstance(node, ast.ClassDef):
+            members = [
+                (s, f"{node.name}.")
+                for s in node.body
+                if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)
+            ]
+        for fn, prefix in members:
+            first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)])
+            found.append((prefix + fn.name, first, fn.end_lineno or fn.lineno, fn))
+    return found
+
+
+class _Edit(cst.CSTTransformer):
+    """Drop the named annotations, and put `@no_type_check` on the named functions."""
+
+    def __init__(self, drop: Mapping[str, set[str]], decorate: set[str]) -> None:
+        self.drop, self.decorate, self.stack = drop, decorate, list[str]()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.stack.append(node.name.value)
+
+    def leave_ClassDef(
+        self, original_node: cst.ClassDef, updated_node: cst.ClassDef
+    ) -> cst.ClassDef:
+        self.stack.pop()
+        return updated_node
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def leave_FunctionDef(
+        self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
+    ) -> cst.FunctionDef:
+        name = ".".join([*self.stack, updated_node.name.value])
+        drop = self.drop.get(name, set())
+
+        def plain(p: cst.Param) -> cst.Param:
+            return p.with_changes(annotation=None) if p.name.value in drop else p
+
+        params = updated_node.params
+        node = updated_node.with_changes(
+            params=params.with_changes(
+                posonly_params=[plain(p) for p in params.posonly_params],
+                params=[plain(p) for p in params.params],
+                kwonly_params=[plain(p) for p in params.kwonly_params],
+            ),
+            returns=None if "return" in drop else updated_node.returns,
+        )
+        if name in self.decorate:
+            decorator = cst.Decorator(cst.Name("no_type_check"))
+            node = node.with_changes(decorators=[decorator, *node.decorators])
+        return node
+
+
+def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> Checked:
+    """mypy on the package in `files`; `added` has the keys (`.mod.fn`) of what we annotated."""
+    if importlib.util.find_spec("mypy") is None:
+        return Checked(files, "not run: mypy is not installed")
+    files = dict(files)
+    decorated: dict[str, str] = {}
+    removed: list[str] = []
+    result = "clean"
+    with tempfile.TemporaryDirectory(prefix="trainmate-mypy-") as tmp:
+        folder = Path(tmp)
+        for _ in range(ROUNDS):
+            for path, code in files.items():
+                if path.startswith(f"{package}/") and path.endswith(".py"):
+                    (folder / path).parent.mkdir(parents=True, exist_ok=True)
+                    (folder / path).write_text(code, encoding="utf-8")
+            errors = run_mypy(folder, package)
+            if isinstance(errors, str):
+                return Checked(files, errors)
+            if not errors:
+                result = "clean"
+                break
+            result = f"{len(errors)} errors left"
+            edits = _plan_edits(files, package, errors, added, decorated, removed)
+            if not edits:
+                break
+            for module, (drop, decorate) in edits.items():
+                path = f"{package}/{module}.py"
+                tree = cst.parse_module(files[path]).visit(_Edit(drop, decorate))
+                if decorate and not re.search(
+                    r"^from typing import .*\bno_type_check\b", tree.code, re.M
+                ):
+                    from .annotate import add_imports
+
+                    tree = add_imports(tree, {"from typing import no_type_check"}, guarded=False)
+                files[path] = tree.code
+    return Checked(files, result, tuple(sorted(decorated.items())), tuple(removed))
+
+
+def _plan_edits(
+    files: dict[str, str],
+    package: str,
+    errors: list[_Error],
+    added: Mapping[str, object],
+    decorated: dict[str, str],
+    removed: list[str],
+) -> dict[str, tuple[dict[str, set[str]], set[str]]]:
+    """For each module: annotations to drop (by function) and functions to decorate."""
+    edits: dict[str, tuple[dict[str, set[str]], set[str]]] = {}
+    ours = {key: getattr(sig, "params", {}) for key, sig in added.items()}
+    returns = {key for key, sig in added.items() if getattr(sig, "returns", None) is not None}
+    by_name: dict[str, list[str]] = {}
+    for key in ours:
+        by_name.setdefault(key.rsplit(".", 1)[-1], []).append(key)
+    for error in errors:
+        code = files.get(f"{package}/{error.module}.py", "")
+        where = next(((q, fn) for q, a, b, fn in _functions(code) if a <= error.line <= b), None)
+        line = code.splitlines()[error.line - 1] if 0 < error.line <= len(code.splitlines()) else ""
+        dropped = False
+        argument = ARGUMENT.match(error.text)
+        if argument and error.code == "arg-type":
+            for key in by_name.get(argument["fn"], []):
+                if argument["cls"] and not key.endswith(f"{argument['cls']}.{argument['fn']}"):
+                    continue
+                dropped |= _drop(edits, key, set(ours[key]), removed)
+        if where is None or dropped:
+            continue
+        qualname, fn = where
+        key = f".{error.module}.{qualname}"
+        mine = set(ours.get(key, {}))
+        if error.code in ("return-value", "return") and key in returns:
+            dropped = _drop(edits, key, {"return"}, removed)
+        elif error.line == fn.lineno or error.line <= (fn.body[0].lineno - 1):
+            dropped = _drop(edits, key, mine | ({"return"} if key in returns else set()), removed)
+        else:
+            named = {p for p in mine if re.search(rf"\b{re.escape(p)}\b", line)}
+            dropped = _drop(edits, key, named, removed)
+        if not dropped and f"{error.module}.{qualname}" not in decorated:
+            decorated[f"{error.module}.{qualname}"] = f"{error.text} (line {error.line})"
+            edits.setdefault(error.module, ({}, set()))[1].add(qualname)
+    return edits
+
+
+def _drop(
+    edits: dict[str, tuple[dict[str, set[str]], set[str]]],
+    key: str,
+    names: set[str],
+    removed: list[str],
+) -> bool:
+    """Drop our annotations `names` of function `key` (`.mod.fn`); False if none was left."""
+    module, _, qualname = key[1:].partition(".")
+    new = {n for n in names if f"{module}.{qualname}({n})" not in removed}
+    if not new:
+        return False
+    edits.setdefault(module, ({}, set()))[0].setdefault(qualname, set()).update(new)
+    removed += [f"{module}.{qualname}({n})" for n in sorted(new)]
+    return True
