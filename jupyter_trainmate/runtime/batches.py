@@ -130,6 +130,7 @@ class Batches:
         self._epoch_first_step = 0
         self._in_epoch = False
         self._tuners: dict[int, LoaderTuner | None] = {}
+        self._next_left = 0  # next() fetches before the next timed one
         self.signals = Signals()
         self._in_batch = 0  # batch loop bodies in progress: a counter loop inside one is no step
         self._loops: list[_CounterLoop] = []  # counter loops in progress, innermost last
@@ -167,9 +168,17 @@ class Batches:
         """`next(iterator)` in a hand-written loop, timed as a step."""
         self._inner_loop_started(epochs=False)
         timer = self._timer
-        timer.before_fetch()
-        batch = next(iterator, *default)
-        timer.after_fetch(leading_size(batch))
+        left = self._next_left  # untimed fetches before the next timed one (see `timing`)
+        if left:
+            self._next_left = left - 1
+            batch = next(iterator, *default)
+            totals = timer.totals
+            totals.steps += 1
+            totals.samples += leading_size(batch)
+        else:
+            self._next_left = timer.before_fetch() - 1
+            batch = next(iterator, *default)
+            timer.after_fetch(leading_size(batch))
         self._samples_counted = self._samples_guessed = True
         return batch
 
@@ -270,11 +279,14 @@ class Batches:
     def _iterate_plain(
         self, source: Iterator[Any], remaining: int | None, counter: SampleCounter
     ) -> Iterator[Any]:
-        # The per-step path: a plain for loop, bound methods in locals, no try/except per batch.
+        # The per-step path: a plain for loop, bound methods in locals, no try/except per batch,
+        # and the clock read only at the timed points (`left` counts down to the next one; see
+        # `timing`): every other step is only counted.
         # A batch that brought no signal is taken back out of the counts (see the module's
         # docstring); the pass becomes the epoch in progress at its first batch that trained.
         timer, signals = self._timer, self.signals
         before, after, uncount = timer.before_fetch, timer.after_fetch, timer.uncount
+        totals = timer.totals
         accumulation = self._accumulation
         track_last = remaining is not None and accumulation.every > 1
         per_epoch, first_step = remaining, timer.totals.steps
@@ -285,10 +297,15 @@ class Batches:
         holding = False
         mark = signals.count
         try:
-            before()
+            left = before()  # this fetch is timed; the next timed one `left` steps later
+            timed = True
             for batch in source:
                 samples = counter(batch)
-                after(samples)
+                if timed:
+                    after(samples)
+                else:
+                    totals.steps += 1
+                    totals.samples += samples
                 fetched += 1
                 if track_last:
                     remaining -= 1  # type: ignore[operator]
@@ -318,7 +335,12 @@ class Batches:
                     self._in_epoch = True
                 else:
                     trained += 1
-                before()
+                left -= 1
+                timed = not left
+                if timed:
+                    left = before()
+            if not timed:
+                before()  # the pass is over: what follows it is no step of it
             self._guards.epoch_ended()
         finally:
             if holding:  # left from inside the body (break, an exception): did the batch train?
@@ -358,15 +380,21 @@ class Batches:
         frame = _CounterLoop(length, self.epochs_seen, self._epochs_calls)
         self._loops.append(frame)
         timer, signals = self._timer, self.signals
-        first_step = timer.totals.steps
+        totals = timer.totals
+        first_step = totals.steps
+        left = 0  # passes before the next timed one (see `timing`)
         try:
             for item in iterable:
                 frame.inner = False
                 frame.epochs_mark = self._epochs_calls
                 provisional = not frame.outer  # a step, unless a loop inside it counts
                 if provisional:
-                    timer.before_fetch()
-                    timer.after_fetch(0)
+                    if left:
+                        left -= 1
+                        totals.steps += 1
+                    else:
+                        left = timer.before_fetch() - 1
+                        timer.after_fetch(0)
                 mark = signals.count
                 yield item
                 if provisional:

@@ -34,7 +34,7 @@ POINTS_PER_S = 32  # timed points a second (the display reads 4 times a second)
 MAX_STRIDE = 256
 
 
-@dataclass
+@dataclass(slots=True)
 class StepTotals:
     """Running totals of a run's steps (seconds)."""
 
