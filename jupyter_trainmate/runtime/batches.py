@@ -293,6 +293,7 @@ class Batches:
         self._inner_loop_started(epochs=True)
         self._samples_counted = True
         self._samples_guessed |= not counter.exact
+        count = counter if counter.exact else leading_size  # one call per batch, not two
         fetched = trained = 0
         holding = False
         mark = signals.count
@@ -300,7 +301,7 @@ class Batches:
             left = before()  # this fetch is timed; the next timed one `left` steps later
             timed = True
             for batch in source:
-                samples = counter(batch)
+                samples = count(batch)
                 if timed:
                     after(samples)
                 else:
