@@ -139,7 +139,8 @@ def test_first_batch_comes_from_the_training_thread_and_the_rest_in_order() -> N
     expected = [b[0] for b in loader]
     torch.manual_seed(3)
     prefetched = FirstOnThisThread(loader)
+    first = next(prefetched)
     after_first = torch.get_rng_state()  # the sampler's draw happened here, on this thread
-    got = [b[0] for b in prefetched]
+    got = [first[0]] + [b[0] for b in prefetched]
     assert torch.equal(after_first, torch.get_rng_state())
     assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))

@@ -253,33 +253,32 @@ def auto_thread(loader: object) -> str | None:
 
 
 class FirstOnThisThread:
-    """A thread prefetcher whose first batch is fetched on the training thread.
+    """A thread prefetcher whose first batch is fetched on the training thread, when asked for.
 
     A sampler draws its order from the global generator at its first batch (RandomSampler does,
     lazily): fetched here, that draw keeps its place between the loop's `iter()` and its body,
-    as in the plain loop; the rest comes from the thread.
+    as in the plain loop (and its wait is timed as the first step's); the thread starts on the
+    rest as the first batch is handed over.
     """
 
     def __init__(self, loader: Iterable[Any]) -> None:
         self._it = iter(loader)
-        self._first: Any = next(self._it, _DONE)
-        self._rest: ThreadPrefetcher | None = (
-            ThreadPrefetcher(self._it, started=True) if self._first is not _DONE else None
-        )
+        self._rest: ThreadPrefetcher | None = None
+        self._closed = False
 
     def __iter__(self) -> FirstOnThisThread:
         return self
 
     def __next__(self) -> Any:
-        first = self._first
-        if first is not _DONE:
-            self._first = _DONE
-            return first
-        if self._rest is None:
+        if self._rest is not None:
+            return next(self._rest)
+        if self._closed:
             raise StopIteration
-        return next(self._rest)
+        batch = next(self._it)
+        self._rest = ThreadPrefetcher(self._it, started=True)
+        return batch
 
     def close(self) -> None:
-        self._first = _DONE
+        self._closed = True
         if self._rest is not None:
             self._rest.close()
