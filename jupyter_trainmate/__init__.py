@@ -156,6 +156,37 @@ is listed with the reason. Docstrings come from the markdown above each definiti
 `--execute --check-equivalence` runs the package's `run(Config())` and compares the numbers the
 notebook ended with (relative tolerance 1e-4): exit 2 when they differ.
 
+## `export()` and `bench()`: ready to deploy
+
+```python
+report = jupyter_trainmate.export(model, xb, "model.onnx", quantize="int8")
+table = jupyter_trainmate.bench(model, xb, batch_sizes=(1, 8, 32))
+```
+
+Also `%trainmate export model xb -o model.onnx [--quantize int8]` and `%trainmate bench model xb`
+in a notebook, and in a shell, on a `%%train` checkpoint and a package written by
+`trainmate refactor`: `trainmate export ckpt/step-....pt --model PKG.model:Net --example 1,3,32,32
+-o model.onnx` (`--example SHAPE[:DTYPE]` once per input), `trainmate bench model.onnx --example
+1,3,32,32`. Both need `pip install 'jupyter_trainmate[export]'` (onnx, onnxscript, onnxruntime).
+
+`export()` tries torch's dynamo exporter, then the same on the example repeated to batch 2, then
+the TorchScript exporter, and says which worked and each failed one's first error line; an
+operator no exporter supports is a one-line error naming it. The batch axis is dynamic, the
+model is one `.onnx` file (under 2 GB), and onnxruntime then runs the example and random inputs
+at batch sizes 1, 3 and 8 against the model in eval mode: per output the largest absolute and
+relative differences, passed at `|onnx - torch| <= 1e-5 + 1e-4 * |torch|`, else FAILED with the
+worst element. `quantize="int8"` adds onnxruntime's dynamic quantisation of MatMul/Gemm
+(convolutions stay float), the sizes before and after, and its differences from the float
+model; `validate=(loader, metric)` scores both. The files appear only once all of that is done
+(written in a staging folder, then moved), with the `ExportReport` as `model.export.json`.
+
+`bench()` times eager PyTorch, `torch.compile` and onnxruntime per precision (bf16 and fp16
+where the device has them; skipped rows say why) and batch size, in eval mode and
+`torch.inference_mode`, after a warm-up, with `torch.utils.benchmark.Timer.blocked_autorange`:
+p50/p95/p99 latency over the timed blocks, samples/s, peak memory (RSS on a CPU, the CUDA
+allocator's on a GPU), the compile time apart, and the graphs compiled inside the timed region
+(0, or the row is marked). The table ends with the fastest configuration at each batch size.
+
 ## In JupyterLab
 
 The package ships a prebuilt JupyterLab 4 extension (a sidebar panel) and a Jupyter server
@@ -167,7 +198,8 @@ Importing this package is cheap: torch, tornado and libcst are imported only whe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._version import __version__
@@ -195,6 +227,9 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
     from jupyter_server.serverapp import ServerApp
 
+    from .deploy.bench_report import BenchReport
+    from .deploy.report import ExportReport
+
 # The public API: what a user calls or catches. Everything else is internal (the subpackages are
 # documented for contributors; docs/ARCHITECTURE.md maps them).
 __all__ = [
@@ -203,6 +238,8 @@ __all__ = [
     "TrainOptions",
     "TrainmateError",
     "__version__",
+    "bench",
+    "export",
     "last_run",
     "load_ipython_extension",
     "log",
@@ -218,6 +255,80 @@ def train(fn: Callable[..., T], options: str = "", /, **kwargs: Any) -> T:
     from .runner import train as _train
 
     return _train(fn, options, **kwargs)
+
+
+def export(
+    model: Any,
+    example: Any,
+    path: str | os.PathLike[str] = "model.onnx",
+    *,
+    dynamic_batch: bool = True,
+    quantize: str | None = None,
+    validate: tuple[Any, Callable[..., float]] | None = None,
+    opset: int | None = None,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+) -> ExportReport:
+    """Export `model` to ONNX at `path`, checked in onnxruntime: `export(model, xb)`.
+
+    `example` is what the model is called with (a tensor, a tuple of inputs, or a dict). The
+    dynamo exporter is tried first, then with the example repeated to batch 2, then the
+    TorchScript exporter; the batch axis is dynamic unless `dynamic_batch=False`. onnxruntime
+    (CPU) then runs the example and random inputs at batch sizes 1, 3 and 8 and every output is
+    compared with the model's in eval mode (`|onnx - torch| <= atol + rtol * |torch|`).
+    `quantize="int8"` also writes `MODEL.int8.onnx` (dynamic quantisation of MatMul/Gemm) and
+    compares it with the float model; `validate=(loader, metric)` scores both on the loader's
+    `(inputs, target)` batches. Everything is written atomically, with the report as
+    `MODEL.export.json`. Returns the `ExportReport` (a table in the notebook; `.passed`).
+    Needs `pip install 'jupyter_trainmate[export]'`.
+    """
+    from .deploy.export import export as _export
+
+    return _export(
+        model,
+        example,
+        path,
+        dynamic_batch=dynamic_batch,
+        quantize=quantize,
+        validate=validate,
+        opset=opset,
+        rtol=rtol,
+        atol=atol,
+    )
+
+
+def bench(
+    model: Any,
+    example: Any,
+    *,
+    batch_sizes: Sequence[int] = (1, 8, 32),
+    precision: Sequence[str] = ("fp32", "bf16"),
+    backends: Sequence[str] = ("eager", "compile", "onnxruntime"),
+    min_run_time: float = 0.5,
+    threads: int | None = None,
+) -> BenchReport:
+    """Inference latency and throughput of `model` at each batch size: `bench(model, xb)`.
+
+    Rows per backend (`eager`, `compile`, `onnxruntime`), precision (`fp32`, `bf16`, `fp16`
+    where the device has it; skipped rows say why) and batch size (the example's rows
+    repeated): p50/p95/p99 latency, samples/s, peak memory, torch.compile's compile time and the
+    graphs compiled inside the timed region (0, or the row is marked). Measured with
+    `torch.utils.benchmark.Timer.blocked_autorange` (`min_run_time` seconds per row) after a
+    warm-up, in eval mode and `torch.inference_mode`, on `threads` CPU threads. Returns the
+    `BenchReport` (a table in the notebook, a verdict per batch size; `.to_markdown()`,
+    `.to_json()`).
+    """
+    from .deploy.bench import bench as _bench
+
+    return _bench(
+        model,
+        example,
+        batch_sizes=batch_sizes,
+        precision=precision,
+        backends=backends,
+        min_run_time=min_run_time,
+        threads=threads,
+    )
 
 
 def load_ipython_extension(ip: InteractiveShell) -> None:

@@ -54,6 +54,119 @@ def _refactor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from .deploy.command import resolve, show
+    from .deploy.export import export
+
+    model, example = resolve(args)
+    report = export(
+        model,
+        example,
+        args.output,
+        dynamic_batch=not args.static_batch,
+        quantize=args.quantize,
+        opset=args.opset,
+        rtol=args.rtol,
+    )
+    show(report, args.format, getattr(args, "user_ns", None) is not None)
+    return 0 if report.passed else 1
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .deploy.bench import bench, bench_onnx
+    from .deploy.command import onnx_file, resolve, resolve_example, show
+
+    exported = onnx_file(args)
+    if exported is not None:
+        report = bench_onnx(
+            exported,
+            resolve_example(args),
+            batch_sizes=args.batch_sizes,
+            precision=args.precision,
+            min_run_time=args.min_run_time,
+            threads=args.threads,
+        )
+    else:
+        model, example = resolve(args)
+        report = bench(
+            model,
+            example,
+            batch_sizes=args.batch_sizes,
+            precision=args.precision,
+            backends=args.backends,
+            min_run_time=args.min_run_time,
+            threads=args.threads,
+        )
+    show(report, args.format, getattr(args, "user_ns", None) is not None)
+    return 0
+
+
+def _numbers(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(n) for n in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give numbers separated by commas") from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def _add_deploy_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from .deploy.command import add_arguments
+
+    export = commands.add_parser(
+        "export",
+        help="export a model to ONNX and check it in onnxruntime",
+        description="Export to ONNX (dynamo exporter, then fallbacks), check the outputs against "
+        "PyTorch in onnxruntime at batch sizes 1, 3 and 8, write the model and its report "
+        "(MODEL.export.json) atomically. Exit status 1 when parity fails.",
+    )
+    add_arguments(export)
+    export.add_argument(
+        "-o", "--output", type=Path, default=Path("model.onnx"), help="the .onnx file (model.onnx)"
+    )
+    export.add_argument(
+        "--quantize", choices=("int8",), help="also write MODEL.int8.onnx (dynamic MatMul/Gemm)"
+    )
+    export.add_argument("--opset", type=int, help="ONNX opset (default: the exporter's)")
+    export.add_argument(
+        "--static-batch", action="store_true", help="keep the example's batch size fixed"
+    )
+    export.add_argument(
+        "--rtol", type=float, default=1e-4, help="relative tolerance of the parity check (1e-4)"
+    )
+    export.set_defaults(run=_export)
+
+    bench = commands.add_parser(
+        "bench",
+        help="inference latency and throughput: eager, torch.compile, onnxruntime",
+        description="Time the model per backend, precision and batch size (warm-up, "
+        "torch.utils.benchmark's blocked autorange, eval mode, inference mode): p50/p95/p99, "
+        "samples/s, peak memory, compile time, and the fastest configuration per batch size. "
+        "MODEL may also be an exported .onnx file (onnxruntime only; --example per input).",
+    )
+    add_arguments(bench)
+    bench.add_argument(
+        "--batch-sizes", type=_numbers, default=(1, 8, 32), metavar="N,N", help="(1,8,32)"
+    )
+    bench.add_argument(
+        "--precision", type=_names, default=("fp32", "bf16"), metavar="P,P", help="(fp32,bf16)"
+    )
+    bench.add_argument(
+        "--backends",
+        type=_names,
+        default=("eager", "compile", "onnxruntime"),
+        metavar="B,B",
+        help="(eager,compile,onnxruntime)",
+    )
+    bench.add_argument(
+        "--min-run-time", type=float, default=0.5, help="seconds of timed calls per row (0.5)"
+    )
+    bench.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
+    bench.set_defaults(run=_bench)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainmate",
@@ -145,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
         "its numbers with the notebook's (exit 2 if they differ)",
     )
     refactor.set_defaults(run=_refactor)
+    _add_deploy_commands(commands)
     return parser
 
 

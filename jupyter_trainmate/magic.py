@@ -39,6 +39,8 @@ class TrainmateMagics(Magics):
 
         parser = build_parser()
         parser.prog = "%trainmate"
+        assert self.shell is not None
+        parser.set_defaults(user_ns=self.shell.user_ns)  # export/bench name notebook objects
         try:
             args = parser.parse_args(shlex.split(line))
         except SystemExit as exc:  # argparse has printed usage or --help already

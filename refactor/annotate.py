@@ -24,7 +24,7 @@ from .infer import infer
 from .symbols import Package, index
 from .traced import recorded
 from .typecheck import Checked, check
-from .typeexpr import NONE, Renderer, Ty
+from .typeexpr import NONE, Renderer, Ty, add_imports
 
 
 @dataclass(frozen=True)
@@ -161,32 +161,6 @@ class ShapeDocs(ByQualname):
             )
         doc = cst.SimpleStatementLine([cst.Expr(cst.SimpleString(f'"""{text}\n"""'))])
         return updated_node.with_changes(body=body.with_changes(body=[doc, *body.body]))
-
-
-def add_imports(
-    tree: cst.Module, lines: set[str], guarded: bool = True, have_flag: bool = False
-) -> cst.Module:
-    """`lines` after the module's last top-level import, under `if TYPE_CHECKING:` if guarded
-    (`have_flag`: the module imports `TYPE_CHECKING` already)."""
-    if not lines:
-        return tree
-    last = max(
-        (
-            i
-            for i, s in enumerate(tree.body)
-            if m.matches(s, m.SimpleStatementLine([m.Import() | m.ImportFrom()]))
-        ),
-        default=-1,
-    )
-    if guarded:
-        flag = "" if have_flag else "from typing import TYPE_CHECKING\n\n"
-        text = flag + "if TYPE_CHECKING:\n" + "".join(f"    {line}\n" for line in sorted(lines))
-    else:
-        text = "".join(f"{line}\n" for line in sorted(lines))
-    block = list(cst.parse_module(text).body)
-    if guarded:
-        block[-1] = block[-1].with_changes(leading_lines=[cst.EmptyLine()])
-    return tree.with_changes(body=[*tree.body[: last + 1], *block, *tree.body[last + 1 :]])
 
 
 def apply(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 
 from .symbols import FunctionNode
-from .typeexpr import BOOL, ELLIPSIS, FLOAT, INT, NDARRAY, NONE, STR, TENSOR, T, Ty
+from .typeexpr import ANY, BOOL, ELLIPSIS, FLOAT, INT, NDARRAY, NONE, STR, TENSOR, T, Ty
 
 
 def binop(left: Ty | None, op: ast.operator, right: Ty | None) -> Ty | None:
@@ -54,8 +54,12 @@ def item(ty: Ty | None, i: int) -> Ty | None:
     if ty is None or ty.name != "tuple":
         return None
     if len(ty.args) == 2 and ty.args[1].name == ELLIPSIS:
-        return ty.args[0]
-    return ty.args[i] if -len(ty.args) <= i < len(ty.args) else None
+        found = ty.args[0]
+    elif -len(ty.args) <= i < len(ty.args):
+        found = ty.args[i]
+    else:
+        return None
+    return None if found == ANY else found
 
 
 def own(fn: FunctionNode, kinds: tuple[type[ast.AST], ...]) -> list[ast.AST]:

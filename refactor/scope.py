@@ -14,6 +14,7 @@ from . import known
 from .flow import all_args, binop, constant, item, numbers, own, terminates
 from .symbols import Function, FunctionNode, Module
 from .typeexpr import (
+    ANY,
     BOOL,
     ELLIPSIS,
     FLOAT,
@@ -266,9 +267,11 @@ class Scope:
             return join([self.typeof(node.body), self.typeof(node.orelse)], self.e.pkg.ancestors)
         if isinstance(node, ast.Tuple):
             items = [self.typeof(e) for e in node.elts]
-            if any(isinstance(e, ast.Starred) for e in node.elts) or None in items:
+            if any(isinstance(e, ast.Starred) for e in node.elts) or items.count(None) == len(
+                items
+            ):
                 return None
-            return T("tuple", *items) if items else None  # type: ignore[arg-type]
+            return T("tuple", *(ANY if i is None else i for i in items))
         if isinstance(node, ast.List | ast.Set) and node.elts:
             inner = join([self.typeof(e) for e in node.elts], self.e.pkg.ancestors)
             kind = "list" if isinstance(node, ast.List) else "set"

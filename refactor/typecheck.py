@@ -23,6 +23,8 @@ from pathlib import Path
 
 import libcst as cst
 
+from .typeexpr import add_imports
+
 ROUNDS = 4
 ERROR = re.compile(
     r"^(?P<path>[^:]+\.py):(?P<line>\d+): error: (?P<text>.*?)(?:  \[(?P<code>[\w-]+)\])?$"
@@ -168,8 +170,6 @@ def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> C
                 if decorate and not re.search(
                     r"^from typing import .*\bno_type_check\b", tree.code, re.M
                 ):
-                    from .annotate import add_imports
-
                     tree = add_imports(tree, {"from typing import no_type_check"}, guarded=False)
                 files[path] = tree.code
     return Checked(files, result, tuple(sorted(decorated.items())), tuple(removed))

@@ -13,6 +13,9 @@ import ast
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import libcst as cst
+import libcst.matchers as m
+
 BUILTINS = frozenset(
     {"int", "float", "str", "bool", "bytes", "complex", "None", "range", "object", "slice"}
 )
@@ -49,6 +52,9 @@ def T(name: str, *args: Ty) -> Ty:
 
 
 INT, FLOAT, STR, BOOL, NONE = T("int"), T("float"), T("str"), T("bool"), T("None")
+# An element of a tuple whose own type is unknown: `tuple[Any, DataLoader]` still types what is
+# unpacked from its known elements (`flow.item` never hands `Any` on to a name).
+ANY = T("typing.Any")
 TENSOR = T("torch.Tensor")
 NDARRAY = T("numpy.ndarray")
 DATAFRAME = T("pandas.DataFrame")
@@ -240,3 +246,29 @@ class Renderer:
             if full.startswith(target + ".") and not target.startswith("."):
                 return local + full[len(target) :]
         return None
+
+
+def add_imports(
+    tree: cst.Module, lines: set[str], guarded: bool = True, have_flag: bool = False
+) -> cst.Module:
+    """`lines` after the module's last top-level import, under `if TYPE_CHECKING:` if guarded
+    (`have_flag`: the module imports `TYPE_CHECKING` already)."""
+    if not lines:
+        return tree
+    last = max(
+        (
+            i
+            for i, s in enumerate(tree.body)
+            if m.matches(s, m.SimpleStatementLine([m.Import() | m.ImportFrom()]))
+        ),
+        default=-1,
+    )
+    if guarded:
+        flag = "" if have_flag else "from typing import TYPE_CHECKING\n\n"
+        text = flag + "if TYPE_CHECKING:\n" + "".join(f"    {line}\n" for line in sorted(lines))
+    else:
+        text = "".join(f"{line}\n" for line in sorted(lines))
+    block = list(cst.parse_module(text).body)
+    if guarded:
+        block[-1] = block[-1].with_changes(leading_lines=[cst.EmptyLine()])
+    return tree.with_changes(body=[*tree.body[: last + 1], *block, *tree.body[last + 1 :]])
