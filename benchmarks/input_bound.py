@@ -47,7 +47,7 @@ for xb, yb in LOADER:
 MODES = {
     "plain loop, num_workers=0": ("", "DataLoader(data, batch_size=32)"),
     "plain loop, num_workers=2": ("", "DataLoader(data, batch_size=32, num_workers=2)"),
-    "%%train (default: --prefetch auto, off on CPU)": (
+    "%%train (default: --prefetch auto)": (
         "%%train\n",
         "DataLoader(data, batch_size=32)",
     ),

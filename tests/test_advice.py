@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from jupyter_trainmate.display.advice import LoaderInfo, Measurements, advise
+from jupyter_trainmate.runtime.prefetch import RESULTS_CHANGE
 
 LOADER = LoaderInfo(
     num_workers=0, pin_memory=False, persistent_workers=False, prefetch_factor=None, batch_size=32
@@ -91,3 +92,19 @@ def test_fp16_with_many_skipped_steps_suggests_bf16() -> None:
     few = Measurements("cuda", steps=100, data_wait_share=0.0, gpu_util_pct=90, amp="fp16", skipped_steps=2,
                        optimizer_steps=98)  # fmt: skip
     assert "fp16-skips" not in rules(few)
+
+
+def test_data_wait_says_why_prefetch_auto_kept_loading_on_the_training_thread() -> None:
+    m = Measurements(
+        "cpu",
+        steps=100,
+        data_wait_share=0.5,
+        loader=LOADER,
+        cpus=2,
+        prefetch="off",
+        prefetch_note="fetching its samples draws random numbers (torch: augmentation?); "
+        + RESULTS_CHANGE,
+    )
+    text = rules(m)["data-wait"]
+    assert "--prefetch auto loads on the training thread: fetching its samples draws" in text
+    assert "--prefetch thread would overlap loading with compute, but" in text

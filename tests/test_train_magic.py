@@ -12,8 +12,9 @@ from IPython.core.error import UsageError
 from torch.optim.optimizer import _global_optimizer_post_hooks
 
 from jupyter_trainmate import last_run
+from jupyter_trainmate.runtime.prefetch import auto_thread
 
-from .train_harness import COMMON, fresh_shell, run, weights
+from .train_harness import COMMON, assert_parity, fresh_shell, run, weights
 
 LOOP = """
 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (1 + step))
@@ -535,3 +536,37 @@ def test_traceback_through_a_rewritten_method_names_its_cell_line() -> None:
     summary = last_run()
     assert summary is not None
     assert summary.steps == 1
+
+
+WAITING = """
+import time
+class Files(torch.utils.data.Dataset):
+    def __len__(self):
+        return len(x)
+    def __getitem__(self, i):
+        time.sleep(0.0002)  # waits, as reading a file would
+        return x[i], y[i]
+loader = DataLoader(Files(), batch_size=32, shuffle=True)
+"""
+AUGMENTING = WAITING.replace("return x[i], y[i]", "return x[i] + 0.01 * torch.randn(8), y[i]")
+
+
+def test_prefetch_auto_loads_on_a_thread_when_loading_waits_and_draws_nothing() -> None:
+    """Shuffle on, dropout in the model: the sampler's draw and the model's stay in order."""
+    summary, _ = assert_parity([COMMON + WAITING, LOOP])
+    assert summary.prefetch == "thread"
+    assert any("--prefetch auto: loading on a thread" in e for e in summary.events)
+
+
+def test_prefetch_auto_keeps_a_loader_that_draws_on_the_training_thread() -> None:
+    assert AUGMENTING != WAITING
+    summary, ip = assert_parity([COMMON + AUGMENTING, LOOP])
+    assert summary.prefetch == "off"
+    note = auto_thread(ip.user_ns["loader"])
+    assert note is not None
+    assert "draws random numbers (torch" in note
+
+
+def test_prefetch_auto_keeps_in_memory_loading_on_the_training_thread() -> None:
+    summary, _ = assert_parity([COMMON, LOOP])
+    assert summary.prefetch == "off"

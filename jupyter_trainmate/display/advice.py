@@ -35,6 +35,7 @@ class Measurements:
     cpus: int = 1
     loader: LoaderInfo | None = None
     prefetch: str = "off"
+    prefetch_note: str | None = None  # why --prefetch auto kept loading on the training thread
     item_lines: tuple[int, ...] = field(default=())
 
 
@@ -65,9 +66,13 @@ def _data_wait(m: Measurements) -> list[Advice]:
         if m.device_type == "cuda" and not loader.pin_memory:
             tips.append("pin_memory=True speeds host-to-GPU copies")
     if m.device_type == "cpu" and m.prefetch == "off":
-        tips.append(
-            "%%train --prefetch thread overlaps loading with compute (changes the order of random draws)"
-        )
+        if m.prefetch_note is not None:
+            tips.append(f"--prefetch auto loads on the training thread: {m.prefetch_note}")
+        else:
+            tips.append(
+                "%%train --prefetch thread overlaps loading with compute "
+                "(changes the order of random draws)"
+            )
     text = share + (": " + "; ".join(tips) if tips else "")
     return [Advice("data-wait", text)]
 

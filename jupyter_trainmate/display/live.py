@@ -113,6 +113,7 @@ class LiveDisplay:
             cpus=usable_cpus(),
             loader=s.loader_info,
             prefetch=s.prefetch_mode,
+            prefetch_note=s.prefetch_note,
             item_lines=self.item_lines,
         )
 

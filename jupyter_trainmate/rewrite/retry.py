@@ -5,8 +5,10 @@ Runs after the other transforms, on loops whose iterable they wrapped in `__trai
 
     for xb, yb in __trainmate__.batches(loader):
         for xb, yb in __trainmate__.parts((xb, yb), ("loss",)):  # %%train oom-retry
-            with __trainmate__.oom_guard:  # %%train oom-retry
+            try:  # %%train oom-retry
                 <the loop body>
+            except __trainmate__.oom_errors:  # %%train oom-retry
+                if not __trainmate__.oom_guard.caught(): raise  # %%train oom-retry
 
 `("loss",)` names what the body assigns, so a failed attempt's autograd graph can be dropped. A
 body that can `break` out of the batch loop gets `else: continue` / `break` after the inner loop,
@@ -147,9 +149,30 @@ class RetryTransformer(cst.CSTTransformer):
             func=_session_attr("parts"),
             args=[cst.Arg(_as_expression(target)), cst.Arg(names)],
         )
-        guarded = cst.With(
-            items=[cst.WithItem(_session_attr("oom_guard"))],
+        # try/except, not `with`: entering a try costs nothing (Python 3.11+), a with calls
+        # __enter__ and __exit__ on every step. `if not caught(): raise` re-raises in this frame,
+        # so the traceback is the one the error had.
+        caught = cst.Call(
+            func=cst.Attribute(value=_session_attr("oom_guard"), attr=cst.Name("caught"))
+        )
+        guarded = cst.Try(
             body=_with_comment(updated_node.body),
+            handlers=[
+                cst.ExceptHandler(
+                    type=_session_attr("oom_errors"),
+                    body=cst.IndentedBlock(
+                        [
+                            cst.If(
+                                test=cst.UnaryOperation(operator=cst.Not(), expression=caught),
+                                body=cst.SimpleStatementSuite(
+                                    [cst.Raise()], trailing_whitespace=_COMMENT
+                                ),
+                            )
+                        ],
+                        header=_COMMENT,
+                    ),
+                )
+            ],
         )
         inner = cst.For(
             target=cast(cst.BaseAssignTargetExpression, target),  # part of a for target

@@ -32,7 +32,7 @@ from .batch import SampleCounter, leading_size
 from .device import Placement
 from .guarding import Guards
 from .loader import LoaderInfo, loader_info
-from .prefetch import CudaPrefetcher, ThreadPrefetcher
+from .prefetch import CudaPrefetcher, FirstOnThisThread, ThreadPrefetcher, auto_thread
 from .resume import Checkpoints
 from .summary import SamplesSource
 from .timing import StepTimer
@@ -110,7 +110,11 @@ class Batches:
         guards: Guards,
         report: Callable[[str], None],
     ) -> None:
-        self.prefetch_mode = prefetch  # "cuda" | "thread" | "off", resolved by `Placement`
+        self.prefetch_mode = prefetch  # "cuda" | "thread" | "off" | "auto" (CPU), by `Placement`
+        # what `auto` did: "thread" once a loader was fetched on a thread, else "off", and why
+        self.prefetch_used = "off" if prefetch == "auto" else prefetch
+        self.prefetch_note: str | None = None
+        self._probed: dict[int, str | None] = {}
         self._tune_loader = tune_loader
         self._placement = placement
         self._timer = timer
@@ -126,6 +130,7 @@ class Batches:
         self._epoch_first_step = 0
         self._in_epoch = False
         self._tuners: dict[int, LoaderTuner | None] = {}
+        self._next_left = 0  # next() fetches before the next timed one
         self.signals = Signals()
         self._in_batch = 0  # batch loop bodies in progress: a counter loop inside one is no step
         self._loops: list[_CounterLoop] = []  # counter loops in progress, innermost last
@@ -163,9 +168,17 @@ class Batches:
         """`next(iterator)` in a hand-written loop, timed as a step."""
         self._inner_loop_started(epochs=False)
         timer = self._timer
-        timer.before_fetch()
-        batch = next(iterator, *default)
-        timer.after_fetch(leading_size(batch))
+        left = self._next_left  # untimed fetches before the next timed one (see `timing`)
+        if left:
+            self._next_left = left - 1
+            batch = next(iterator, *default)
+            totals = timer.totals
+            totals.steps += 1
+            totals.samples += leading_size(batch)
+        else:
+            self._next_left = timer.before_fetch() - 1
+            batch = next(iterator, *default)
+            timer.after_fetch(leading_size(batch))
         self._samples_counted = self._samples_guessed = True
         return batch
 
@@ -238,6 +251,19 @@ class Batches:
                 return CudaPrefetcher(iterable, self._placement.device)
         elif mode == "thread":
             return ThreadPrefetcher(iterable)
+        elif mode == "auto" and isinstance(iterable, torch.utils.data.DataLoader):
+            key = id(iterable)
+            if key not in self._probed:
+                self._probed[key] = why = auto_thread(iterable)
+                if why is None:
+                    self.prefetch_used = "thread"
+                    self._report(
+                        "--prefetch auto: loading on a thread (it draws no random numbers)"
+                    )
+                elif self.prefetch_note is None:
+                    self.prefetch_note = why
+            if self._probed[key] is None:
+                return FirstOnThisThread(iterable)
         return iter(iterable)
 
     def _iterate(
@@ -253,25 +279,34 @@ class Batches:
     def _iterate_plain(
         self, source: Iterator[Any], remaining: int | None, counter: SampleCounter
     ) -> Iterator[Any]:
-        # The per-step path: a plain for loop, bound methods in locals, no try/except per batch.
+        # The per-step path: a plain for loop, bound methods in locals, no try/except per batch,
+        # and the clock read only at the timed points (`left` counts down to the next one; see
+        # `timing`): every other step is only counted.
         # A batch that brought no signal is taken back out of the counts (see the module's
         # docstring); the pass becomes the epoch in progress at its first batch that trained.
         timer, signals = self._timer, self.signals
         before, after, uncount = timer.before_fetch, timer.after_fetch, timer.uncount
+        totals = timer.totals
         accumulation = self._accumulation
         track_last = remaining is not None and accumulation.every > 1
         per_epoch, first_step = remaining, timer.totals.steps
         self._inner_loop_started(epochs=True)
         self._samples_counted = True
         self._samples_guessed |= not counter.exact
+        count = counter if counter.exact else leading_size  # one call per batch, not two
         fetched = trained = 0
         holding = False
         mark = signals.count
         try:
-            before()
+            left = before()  # this fetch is timed; the next timed one `left` steps later
+            timed = True
             for batch in source:
-                samples = counter(batch)
-                after(samples)
+                samples = count(batch)
+                if timed:
+                    after(samples)
+                else:
+                    totals.steps += 1
+                    totals.samples += samples
                 fetched += 1
                 if track_last:
                     remaining -= 1  # type: ignore[operator]
@@ -301,7 +336,12 @@ class Batches:
                     self._in_epoch = True
                 else:
                     trained += 1
-                before()
+                left -= 1
+                timed = not left
+                if timed:
+                    left = before()
+            if not timed:
+                before()  # the pass is over: what follows it is no step of it
             self._guards.epoch_ended()
         finally:
             if holding:  # left from inside the body (break, an exception): did the batch train?
@@ -341,15 +381,21 @@ class Batches:
         frame = _CounterLoop(length, self.epochs_seen, self._epochs_calls)
         self._loops.append(frame)
         timer, signals = self._timer, self.signals
-        first_step = timer.totals.steps
+        totals = timer.totals
+        first_step = totals.steps
+        left = 0  # passes before the next timed one (see `timing`)
         try:
             for item in iterable:
                 frame.inner = False
                 frame.epochs_mark = self._epochs_calls
                 provisional = not frame.outer  # a step, unless a loop inside it counts
                 if provisional:
-                    timer.before_fetch()
-                    timer.after_fetch(0)
+                    if left:
+                        left -= 1
+                        totals.steps += 1
+                    else:
+                        left = timer.before_fetch() - 1
+                        timer.after_fetch(0)
                 mark = signals.count
                 yield item
                 if provisional:

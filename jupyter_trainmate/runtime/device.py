@@ -57,8 +57,8 @@ class Placement:
             self._confirmed = True
         if prefetch == "cuda" and self.device.type != "cuda":
             raise TrainmateError(f"--prefetch cuda: the run is on {self.device}")
-        if prefetch == "auto":
-            prefetch = "cuda" if self.device.type == "cuda" else "off"
+        if prefetch == "auto" and self.device.type == "cuda":
+            prefetch = "cuda"  # on the CPU "auto" stays: a thread per loader that draws nothing
         self.prefetch_mode = prefetch
 
     def confirmed(self) -> bool:

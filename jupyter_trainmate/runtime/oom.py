@@ -5,11 +5,14 @@ The rewrite wraps the body of each batch loop (see `rewrite.loops`):
 
     for xb, yb in __trainmate__.batches(loader):
         for xb, yb in __trainmate__.parts((xb, yb), ("loss",)):
-            with __trainmate__.oom_guard:
+            try:
                 <the loop body, unchanged>
+            except __trainmate__.oom_errors:
+                if not __trainmate__.oom_guard.caught(): raise
 
-Normally `parts` yields the batch once and the guard does nothing. When the body raises
-`torch.OutOfMemoryError`, the guard frees what the failed attempt held (the traceback's frames,
+Normally `parts` yields the batch once and the `try` costs nothing (Python 3.11's exceptions
+are free until raised; a `with` would call two methods per step). When the body raises
+`torch.OutOfMemoryError`, `caught()` frees what the failed attempt held (the traceback's frames,
 the body's variables that hold an autograd graph, every gradient, the CUDA cache) and swallows
 the error; `parts` then yields the same batch split into 2, 4, 8, ... micro-batches. The session
 treats them as gradient accumulation inside the step: gradients are zeroed before the first
@@ -22,6 +25,7 @@ clear message. Micro-batches see smaller BatchNorm batches: the only numerical c
 from __future__ import annotations
 
 import dataclasses
+import sys
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
@@ -157,7 +161,16 @@ class OutOfMemoryRetry:
         )
         return more
 
-    def __enter__(self) -> None:
+    def caught(self) -> bool:
+        """In the retry point's `except` clause: whether the error being handled is retried
+        (False: the clause re-raises it)."""
+        kind, error, tb = sys.exc_info()
+        try:
+            return self.__exit__(kind, error, tb)
+        finally:
+            del error, tb
+
+    def __enter__(self) -> None:  # `with oom_guard:` (code rewritten before the `try` form)
         return None
 
     def __exit__(

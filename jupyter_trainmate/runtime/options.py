@@ -61,7 +61,10 @@ class TrainOptions:
     )
     prefetch: PrefetchMode = field(
         default="auto",
-        metadata=_meta("move batches ahead of the step (thread is opt-in: see the user guide)"),
+        metadata=_meta(
+            "move batches ahead of the step (auto: a side stream on CUDA; on the CPU a thread "
+            "when loading draws no random numbers)"
+        ),
     )
     tune_loader: int = field(
         default=0,

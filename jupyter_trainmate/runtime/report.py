@@ -113,7 +113,7 @@ class Report:
             device=self._device,
             amp=self._amp.mode,
             amp_reason=self._amp.reason,
-            prefetch=self._prefetch,
+            prefetch=batches.prefetch_used,
             accumulate=self._accumulate,
             steps=steps,
             optimizer_steps=stepping.total,

@@ -66,7 +66,6 @@ class TrainSession:
         self._namespace = namespace
         placement = Placement(options.device, options.prefetch, namespace)
         self.device = placement.device
-        self.prefetch_mode = placement.prefetch_mode
         if own_amp:
             self.amp = AmpPolicy(
                 "off", self.device.type, "the cell brings its own autocast/GradScaler"
@@ -81,7 +80,7 @@ class TrainSession:
             self.timer,
             device=str(self.device),
             amp=self.amp,
-            prefetch=self.prefetch_mode,
+            prefetch=placement.prefetch_mode,
             accumulate=options.accumulate,
             instrumented=instrumented,
             left_alone=left_alone,
@@ -92,12 +91,13 @@ class TrainSession:
         steps = self._steps
         self.accumulation = Accumulation(options.accumulate)
         self.guards = Guards(options, namespace, steps=steps, report=report)
-        # `with __trainmate__.oom_guard:` in batch loops, and `__trainmate__.parts(batch, names)`:
+        # `__trainmate__.parts(batch, names)` and `except __trainmate__.oom_errors:` in batch loops:
         # the batch once; after an out-of-memory error, again as micro-batches (see `oom`).
         self.oom_guard = OutOfMemoryRetry(
             self.accumulation, steps=steps, report=report, drop_gradients=self._drop_gradients
         )
         self.parts = self.oom_guard.parts  # bound once: it runs on every step
+        self.oom_errors = (torch.OutOfMemoryError,)  # what the retry point's `except` catches
         self.stepping = Stepping(
             namespace, self.scaler, self.accumulation, self.oom_guard, self.guards, options.clip
         )
@@ -106,7 +106,7 @@ class TrainSession:
             options, namespace, self.accumulation, self.scaler, steps=steps, report=report
         )
         self._batches = Batches(
-            prefetch=self.prefetch_mode,
+            prefetch=placement.prefetch_mode,
             tune_loader=options.tune_loader,
             placement=placement,
             timer=self.timer,
@@ -121,6 +121,11 @@ class TrainSession:
         self._signals = self._batches.signals  # backward() calls and optimizer steps, counted
         self._backwards = 0
         self._last_loss: Any = None
+        # backward() with nothing to do but count: no loss guard, no scaler, no accumulation
+        # (checked once here; a micro-batch after out-of-memory is checked per call)
+        self._plain_backward = (
+            not self.guards.watch_losses and self.scaler is None and options.accumulate == 1
+        )
         self._exit = contextlib.ExitStack()
 
     def _steps(self) -> int:
@@ -142,6 +147,17 @@ class TrainSession:
     @property
     def loader_info(self) -> LoaderInfo | None:
         return self._batches.loader_info
+
+    @property
+    def prefetch_mode(self) -> str:
+        """How batches were loaded: "cuda", "thread" or "off" (`auto` on the CPU: "thread" once a
+        loader was found to draw no random numbers)."""
+        return self._batches.prefetch_used
+
+    @property
+    def prefetch_note(self) -> str | None:
+        """Why `--prefetch auto` kept a loader on the training thread."""
+        return self._batches.prefetch_note
 
     @property
     def epochs_total(self) -> int | None:
@@ -208,6 +224,10 @@ class TrainSession:
             return loss.backward(*args, **kwargs)
         self._signals.count += 1  # this batch trains, even if a guard drops its update
         self._last_loss = loss  # read (and synchronised) only by the status writer, 1/s
+        if self._plain_backward and self.oom_guard.count == 1:
+            self.accumulation.pending += 1
+            self._backwards += 1
+            return loss.backward(*args, **kwargs)  # type: ignore[no-untyped-call]
         guards = self.guards
         if guards.watch_losses and not guards.loss_ok(loss):
             return None

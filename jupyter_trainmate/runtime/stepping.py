@@ -62,6 +62,15 @@ class Stepping:
         self._sched_last: dict[int, int] = {}
         self._unscaled: set[int] = set()
         self.update_pending = False  # a scaler.step() ran: update() before the next scale()
+        # a step with nothing to decide: no scaler, accumulation, guard or clipping (checked
+        # once here; a micro-batch after out-of-memory is checked per step)
+        self._plain = (
+            scaler is None
+            and accumulation.every == 1
+            and not guards.watch_losses
+            and not guards.watch_spikes
+            and clip is None
+        )
 
     @property
     def total(self) -> int:
@@ -133,6 +142,12 @@ class Stepping:
     def optimizer_step(
         self, optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
+        if self._plain and self._micro.count == 1 and not args and not kwargs:
+            if id(optimizer) not in self.optimizers:
+                self.optimizers[id(optimizer)] = optimizer
+            result = optimizer.step()
+            self._accumulation.pending = 0
+            return result
         self.optimizers.setdefault(id(optimizer), optimizer)
         if self._accumulation.every > 1 and len(self.optimizers) > 1:
             raise TrainmateError(
