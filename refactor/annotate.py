@@ -24,7 +24,7 @@ from .infer import infer
 from .symbols import Package, index
 from .traced import recorded
 from .typecheck import Checked, check
-from .typeexpr import NONE, Renderer, Ty, add_imports
+from .typeexpr import NONE, ByQualname, Renderer, Ty, add_imports
 
 
 @dataclass(frozen=True)
@@ -68,26 +68,6 @@ def signatures(pkg: Package, trace: Any = None, globals_seen: Any = None) -> dic
         if sig.params or sig.returns is not None:
             found[key] = sig
     return found
-
-
-class ByQualname(cst.CSTTransformer):
-    """Keeps the enclosing classes, so `qualname(fn)` is `Class.method` as the trace names it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stack: list[str] = []
-
-    def qualname(self, fn: cst.FunctionDef) -> str:
-        return ".".join([*self.stack, fn.name.value])
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.stack.append(node.name.value)
-
-    def leave_ClassDef(
-        self, original_node: cst.ClassDef, updated_node: cst.ClassDef
-    ) -> cst.ClassDef:
-        self.stack.pop()
-        return updated_node
 
 
 class SetAnnotations(ByQualname):

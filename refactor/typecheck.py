@@ -23,7 +23,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from .typeexpr import add_imports
+from .typeexpr import ByQualname, add_imports
 
 ROUNDS = 4
 ERROR = re.compile(
@@ -97,20 +97,12 @@ def _functions(code: str) -> list[tuple[str, int, int, ast.FunctionDef | ast.Asy
     return found
 
 
-class _Edit(cst.CSTTransformer):
+class _Edit(ByQualname):
     """Drop the named annotations, and put `@no_type_check` on the named functions."""
 
     def __init__(self, drop: Mapping[str, set[str]], decorate: set[str]) -> None:
-        self.drop, self.decorate, self.stack = drop, decorate, list[str]()
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.stack.append(node.name.value)
-
-    def leave_ClassDef(
-        self, original_node: cst.ClassDef, updated_node: cst.ClassDef
-    ) -> cst.ClassDef:
-        self.stack.pop()
-        return updated_node
+        super().__init__()
+        self.drop, self.decorate = drop, decorate
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
@@ -118,7 +110,7 @@ class _Edit(cst.CSTTransformer):
     def leave_FunctionDef(
         self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
     ) -> cst.FunctionDef:
-        name = ".".join([*self.stack, updated_node.name.value])
+        name = self.qualname(updated_node)
         drop = self.drop.get(name, set())
 
         def plain(p: cst.Param) -> cst.Param:

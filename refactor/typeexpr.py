@@ -272,3 +272,23 @@ def add_imports(
     if guarded:
         block[-1] = block[-1].with_changes(leading_lines=[cst.EmptyLine()])
     return tree.with_changes(body=[*tree.body[: last + 1], *block, *tree.body[last + 1 :]])
+
+
+class ByQualname(cst.CSTTransformer):
+    """Keeps the enclosing classes, so `qualname(fn)` is `Class.method` as the trace names it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+
+    def qualname(self, fn: cst.FunctionDef) -> str:
+        return ".".join([*self.stack, fn.name.value])
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.stack.append(node.name.value)
+
+    def leave_ClassDef(
+        self, original_node: cst.ClassDef, updated_node: cst.ClassDef
+    ) -> cst.ClassDef:
+        self.stack.pop()
+        return updated_node

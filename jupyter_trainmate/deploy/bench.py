@@ -272,10 +272,10 @@ def _onnx_runner(
     if importlib.util.find_spec("onnxruntime") is None:
         return None
     if onnx_path is None:
-        from .export import export_prepared
+        from .export import export
 
         onnx_path = Path(scratch) / "model.onnx"
-        export_prepared(model, inputs, onnx_path, batch_sizes=())
+        export(model, inputs, onnx_path, batch_sizes=())
     return _Onnxruntime(Path(onnx_path), threads)
 
 

@@ -54,38 +54,8 @@ def export(
     batch_sizes: Sequence[int] = (1, 3, 8),
     seed: int = 0,
 ) -> ExportReport:
-    """Export `model` to ONNX at `path`, check it in onnxruntime and return an `ExportReport`."""
-    require("onnx", "onnxscript", "onnxruntime")
-    return export_prepared(
-        model,
-        make_example(model, example),
-        path,
-        dynamic_batch=dynamic_batch,
-        quantize=quantize,
-        validate=validate,
-        opset=opset,
-        rtol=rtol,
-        atol=atol,
-        batch_sizes=batch_sizes,
-        seed=seed,
-    )
-
-
-def export_prepared(
-    model: nn.Module,
-    inputs: Example,
-    path: str | os.PathLike[str],
-    *,
-    dynamic_batch: bool = True,
-    quantize: str | None = None,
-    validate: tuple[Any, Callable[..., float]] | None = None,
-    opset: int | None = None,
-    rtol: float = 1e-4,
-    atol: float = 1e-5,
-    batch_sizes: Sequence[int] = (1, 3, 8),
-    seed: int = 0,
-) -> ExportReport:
-    """`export()` on an example already bound to the model's signature."""
+    """Export `model` to ONNX at `path`, check it in onnxruntime and return an `ExportReport`
+    (`example`: a tensor, a tuple, a dict, or an `Example` already bound to the signature)."""
     require("onnx", "onnxscript", "onnxruntime")
     if quantize not in (None, "int8"):
         raise TrainmateError(f"--quantize {quantize}: the choice is int8")
@@ -97,6 +67,7 @@ def export_prepared(
         raise TrainmateError(f"{path}: the output file name ends in .onnx")
     if not path.parent.is_dir():
         raise TrainmateError(f"{path.parent}: no such folder")
+    inputs = make_example(model, example)
     reference = run_reference(model, inputs)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:

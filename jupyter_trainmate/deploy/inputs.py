@@ -80,8 +80,12 @@ class Example:
 
 
 def make_example(model: nn.Module, example: Any) -> Example:
-    """Bind `example` to `model.forward`'s signature (see the module docstring)."""
+    """Bind `example` to `model.forward`'s signature (see the module docstring); an `Example`
+    already bound is returned as it is."""
     import torch
+
+    if isinstance(example, Example):
+        return example
 
     try:
         signature = inspect.signature(model.forward)
