@@ -5,6 +5,12 @@ would: it releases the GIL), batch 32, `num_workers=0`; the model is sized so a 
 about as long as loading its batch, with one torch thread. The best any loop can do is the overlap
 bound max(data, compute) per step, both measured alone in the same script. Each mode's figure is
 bound time / run time (1.0 = perfect overlap), median over alternating runs.
+
+`--parts` times what the default's thread path adds, apart: the `--prefetch auto` probe (once per
+loader and run), starting and stopping the loading thread (once per pass), and handing a batch
+over through its queue (once per batch, measured on ready-made batches so no loading hides it).
+
+    python benchmarks/input_bound.py [REPEATS] [STEPS] [WIDTH] [--parts]
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from IPython.core.interactiveshell import InteractiveShell
@@ -95,5 +103,54 @@ def main(repeats: int = 5, steps: int = 40, width: int = 1600) -> None:
         )
 
 
+def _median_us(fn: Callable[[], object], runs: int) -> float:
+    spent = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        spent.append(time.perf_counter() - started)
+    return statistics.median(spent) * 1e6
+
+
+def parts(runs: int = 200) -> dict[str, float]:
+    """The thread path's own costs, in microseconds (wall time, medians of `runs`)."""
+    from torch.utils.data import DataLoader
+
+    from jupyter_trainmate.runtime.prefetch import ThreadPrefetcher, auto_thread
+
+    torch.set_num_threads(1)
+    namespace: dict[str, Any] = {}
+    exec(SETUP.replace("STEPS", "40").replace("WIDTH", "16"), namespace)
+    loader = DataLoader(namespace["data"], batch_size=32)
+    assert auto_thread(loader) is None  # the probe picks the thread for this loader
+    ready = [(torch.randn(32, 256), torch.randint(0, 10, (32,))) for _ in range(100)]
+
+    def through_thread() -> None:
+        for _ in ThreadPrefetcher(ready):
+            pass
+
+    def plainly() -> None:
+        for _ in ready:
+            pass
+
+    figures = {
+        "probe (per loader and run)": _median_us(lambda: auto_thread(loader), runs),
+        "thread start + stop (per pass)": _median_us(lambda: ThreadPrefetcher([]).close(), runs),
+        "hand-off through the queue (per batch)": (
+            _median_us(through_thread, runs) - _median_us(plainly, runs)
+        )
+        / len(ready),
+        "one batch of this dataset (for scale)": _median_us(
+            lambda: next(iter(loader)), max(runs // 10, 5)
+        ),
+    }
+    for name, value in figures.items():
+        print(f"  {name:40s} {value:8.0f} us")
+    return figures
+
+
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:4]))
+    if "--parts" in sys.argv[1:]:
+        parts()
+    else:
+        main(*(int(a) for a in sys.argv[1:4]))

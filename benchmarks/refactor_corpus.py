@@ -2,6 +2,7 @@
 how far is the notebook's script turned into named, typed, tested functions?
 
     python benchmarks/refactor_corpus.py CORPUS_DIR [--out DIR] [--jobs N] [--json FILE]
+        [--extra-path DIR]
 
 The notebooks are others' code and stay outside the repository: `benchmarks/refactor_corpus.toml`
 lists the ones measured in BENCHMARKS.md (repository, path, commit). For each notebook the
@@ -21,6 +22,9 @@ refactor's internals change:
 - run: the share of the package's code lines (not blank, not comments, not docstrings) inside
   the body of `run()`;
 - typed: the share of parameters (not self/cls) and returns annotated, over all functions;
+  both over the modules made from the notebook: the modules written from templates
+  (`__main__.py`, `distributed.py`, the same in every package and fully annotated) are left out,
+  or they would raise every package's figure by the same fixed amount;
 - tests: the generated test functions and whether `pytest -q -x` passes in the output folder;
 - versions kept and refused cells, as REFACTOR_REPORT.md states them (0 where it does not).
 """
@@ -344,8 +348,14 @@ def code_lines(source: str) -> set[int]:
     return lines
 
 
+# Written from refactor/templates/, not from the notebook: not measured.
+TEMPLATE_MODULES = frozenset({"__main__.py", "distributed.py"})
+
+
 def measure_code(result: Result, package: Path) -> None:
     for _, file in modules_of(package):
+        if file.name in TEMPLATE_MODULES and file.parent == package:
+            continue
         source = file.read_text(encoding="utf-8")
         try:
             tree = ast.parse(source)
@@ -378,9 +388,15 @@ def snapshot(folder: Path) -> set[str]:
     }
 
 
+# Folders of third-party packages for the imports and the generated tests only (`--extra-path`):
+# the refactor itself runs without them, so what it writes does not depend on them.
+EXTRA_PATH: list[str] = []
+
+
 def child_env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+    paths = (str(root), env.get("PYTHONPATH", ""), *EXTRA_PATH)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env["MPLBACKEND"] = "Agg"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
@@ -541,7 +557,10 @@ def measure(notebook: Path, out_root: Path, timeout: float) -> Result:
     return result
 
 
-def measure_safely(notebook: Path, out_root: Path, timeout: float) -> Result:
+def measure_safely(
+    notebook: Path, out_root: Path, timeout: float, extra: tuple[str, ...] = ()
+) -> Result:
+    EXTRA_PATH[:] = extra  # in the worker process
     try:
         return measure(notebook, out_root, timeout)
     except subprocess.TimeoutExpired:
@@ -707,6 +726,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", type=Path, help="also write the table in Markdown here")
     parser.add_argument("--only", help="only notebooks whose file name contains this")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per refactor")
+    parser.add_argument(
+        "--extra-path",
+        action="append",
+        default=[],
+        help="a folder of third-party packages (pip install --target) for the package imports "
+        "and tests, not for the refactor (benchmarks/refactor_corpus_env.py builds one)",
+    )
     args = parser.parse_args(argv)
     notebooks = sorted(args.corpus.glob("*.ipynb"))
     if args.only:
@@ -719,7 +745,13 @@ def main(argv: list[str] | None = None) -> int:
         out_root.mkdir(parents=True, exist_ok=True)
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = [
-                pool.submit(measure_safely, nb.resolve(), out_root, args.timeout)
+                pool.submit(
+                    measure_safely,
+                    nb.resolve(),
+                    out_root,
+                    args.timeout,
+                    tuple(str(Path(p).resolve()) for p in args.extra_path),
+                )
                 for nb in notebooks
             ]
             for done, future in enumerate(as_completed(futures), 1):

@@ -3,7 +3,7 @@
 CPU path: each part of the step path (the batch wrapper with its timing, the retry point, the
 `zero_grad`/`backward`/`step` dispatch with the optimizer step hook, guards off) runs N times
 against a loop making the same plain calls, and the whole rewritten loop (the real rewrite of a
-training loop, executed with a real `TrainSession`) against the plain loop. The calls themselves
+training loop as a default run makes it here, executed with a real `TrainSession`) against the plain loop. The calls themselves
 are made cheap on purpose (an optimizer subclass whose step does nothing, a loss whose backward
 does nothing) so what is left is `%%train`'s own cost. Times are CPU time of the thread
 (`time.thread_time`), not wall time: the development machine is shared and loaded; each figure
@@ -32,6 +32,7 @@ from jupyter_trainmate.rewrite import compile_rewritten, rewrite_cell
 from jupyter_trainmate.runtime import device as device_module
 from jupyter_trainmate.runtime import prefetch as prefetch_module
 from jupyter_trainmate.runtime import timing as timing_module
+from jupyter_trainmate.runtime.oom import wants_retry
 from jupyter_trainmate.runtime.options import parse_options
 from jupyter_trainmate.runtime.session import TrainSession
 
@@ -127,9 +128,10 @@ def parts(n: int, repeats: int) -> dict[str, float]:
             "for xb, yb in data:\n    __trainmate__.step(opt)\n",
         ),
     }
-    rewritten = rewrite_cell(LOOP, ns).code
-    # The retry point as the rewrite emits it, around an empty body, over the plain list.
-    retry_only = rewrite_cell("for xb, yb in data:\n    loss.backward()\n", ns).code
+    rewritten = rewrite_cell(LOOP, ns, retry=wants_retry("auto")).code  # as a default run
+    # The retry point as the rewrite emits it (where there is one: an accelerator, or
+    # `--oom-retry on`), around an empty body, over the plain list.
+    retry_only = rewrite_cell("for xb, yb in data:\n    loss.backward()\n", ns, retry=True).code
     retry_only = retry_only.replace("__trainmate__.batches(data)", "data").replace(
         "__trainmate__.backward(loss)", "pass"
     )
@@ -180,7 +182,7 @@ def in_a_real_step(steps: int, repeats: int) -> dict[str, float]:
     result = {}
     plain = compile(REAL_LOOP, "<plain>", "exec")
     wrapped = REAL_LOOP.replace("in batches", "in __trainmate__.batches(batches)")
-    rewritten = rewrite_cell(REAL_LOOP, ns).code
+    rewritten = rewrite_cell(REAL_LOOP, ns, retry=wants_retry("auto")).code
     with _running(session):
         result["batch wrapper (iteration, timing, counts)"] = _paired(
             _exec(plain, ns), _exec(compile(wrapped, "<train>", "exec"), ns), steps, repeats
@@ -282,7 +284,7 @@ def cuda_calls(steps: int = 1000) -> dict[str, float]:
     with _counting_cuda(calls), _patched(device_module, "params_device", lambda ns: None):
         session = TrainSession(parse_options("--device cuda --amp off"), ns, saw_backward=True)
         ns["__trainmate__"] = session
-        code = compile_rewritten(rewrite_cell(LOOP, ns).code, LOOP, "<train>")
+        code = compile_rewritten(rewrite_cell(LOOP, ns, retry=True).code, LOOP, "<train>")
         calls.clear()
         session.start()
         try:

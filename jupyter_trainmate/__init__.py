@@ -67,7 +67,10 @@ record to `runs/runs.jsonl` beside the notebook; `trainmate runs` (or `%trainmat
 them, `trainmate runs --markdown README.md` keeps a table of them in a Markdown file. With the
 `tensorboard` package installed, each run also writes TensorBoard event files (loss, samples/s,
 data-wait share about once a second from the display thread, and the logged metrics at their
-steps) to `runs/tensorboard/<time>-<run>/` (`--tensorboard auto|on|off`).
+steps) to `runs/tensorboard/<time>-<run>/` (`--tensorboard auto|on|off`). `trainmate report`
+(or `%trainmate report`) writes the records as one self-contained HTML file (`--markdown`: a
+Markdown file and SVG charts) with the differing parameters, curves, advice and sweeps; with
+`TRAINMATE_NOTIFY_URL` set, the Jupyter server posts to that webhook when a long run ends.
 
 Options (the full table is at the end of this page; `%%train --help` prints it too):
 `--amp`, `--device`, `--accumulate N`, `--clip MAX_NORM`, `--prefetch`, and `--show`, which
@@ -90,10 +93,11 @@ method swapped on its class; `%time`/`%%time` lines are rewritten inside. Code i
 is not (`--show` names it), but a global optimizer hook still counts its steps, and autocast is on
 for the whole cell, so it reaches code the rewrite cannot see; where code reads gradients the
 session cannot unscale first (`p.grad`), fp16 and its GradScaler are refused. Everything is undone
-when the cell ends, however it ends. The body of each batch loop is wrapped in a retry point for
+when the cell ends, however it ends. Where an accelerator can run out of memory (`--oom-retry
+auto`; `on`/`off` choose), the body of each batch loop is wrapped in a retry point for
 out-of-memory errors (the only lines the rewrite adds, marked `# %%train oom-retry` in `--show`);
-positions are mapped back when the code is compiled, so a traceback shows the user's own line and
-column.
+on the CPU alone none is added, so a step pays for no generator or second loop. Positions are
+mapped back when the code is compiled, so a traceback shows the user's own line and column.
 
 Guarantees: on the CPU with the defaults, the same seed gives bit-identical weights with and
 without `%%train` (shuffling and dropout included). `--prefetch thread` overlaps data loading with
@@ -182,10 +186,14 @@ model; `validate=(loader, metric)` scores both. The files appear only once all o
 
 `bench()` times eager PyTorch, `torch.compile` and onnxruntime per precision (bf16 and fp16
 where the device has them; skipped rows say why) and batch size, in eval mode and
-`torch.inference_mode`, after a warm-up, with `torch.utils.benchmark.Timer.blocked_autorange`:
-p50/p95/p99 latency over the timed blocks, samples/s, peak memory (RSS on a CPU, the CUDA
-allocator's on a GPU), the compile time apart, and the graphs compiled inside the timed region
-(0, or the row is marked). The table ends with the fastest configuration at each batch size.
+`torch.inference_mode`, after a warm-up, with `torch.utils.benchmark.Timer`, the rows
+interleaved in rounds: p50 (the median of the rounds' medians)/p95/p99 latency, samples/s, peak
+memory (RSS on a CPU, the CUDA allocator's on a GPU), the compile time apart, and the graphs
+compiled inside the timed region (0, or the row is marked); onnxruntime with I/O binding.
+`--clock cpu` times the calling thread's CPU time on one thread: steadier on a busy machine. The
+table ends with the fastest configuration at each batch size. Both reports are also appended to
+`runs/runs.jsonl` with the run that trained the model, and an export of a refactored package's
+checkpoint updates its `MODEL_CARD.md` (docs/deploy.md).
 
 ## In JupyterLab
 
@@ -204,8 +212,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._version import __version__
 from .errors import NanDetected, TrainmateError
+from .explain.kinds import Explanation
 from .runtime.options import TrainOptions, options_markdown
 from .runtime.summary import RunSummary, last_run
+from .sweep.summary import SweepSummary
 
 # The option table of `%%train`, from its one definition (`runtime/options.py`).
 __doc__ = f"{__doc__}\n## `%%train` options\n\n{options_markdown()}\n"
@@ -233,16 +243,20 @@ if TYPE_CHECKING:
 # The public API: what a user calls or catches. Everything else is internal (the subpackages are
 # documented for contributors; docs/ARCHITECTURE.md maps them).
 __all__ = [
+    "Explanation",
     "NanDetected",
     "RunSummary",
+    "SweepSummary",
     "TrainOptions",
     "TrainmateError",
     "__version__",
     "bench",
     "export",
     "last_run",
+    "last_sweep",
     "load_ipython_extension",
     "log",
+    "suggest",
     "train",
 ]
 
@@ -251,10 +265,12 @@ def train(fn: Callable[..., T], options: str = "", /, **kwargs: Any) -> T:
     """Run `fn(**kwargs)` as `%%train OPTIONS` runs a cell calling it, in or out of a notebook.
 
     See `jupyter_trainmate.runner.train`; `trainmate refactor` turns `%%train` cells into calls of it.
+    With `--sweep N` it runs the study of `%%train --sweep N` over `fn` (`sweep/function.py`).
     """
-    from .runner import train as _train
+    from .runner import train_call
+    from .sweep.function import hooks
 
-    return _train(fn, options, **kwargs)
+    return train_call(fn, options, kwargs, hooks())
 
 
 def export(
@@ -268,6 +284,7 @@ def export(
     opset: int | None = None,
     rtol: float = 1e-4,
     atol: float = 1e-5,
+    record: bool = True,
 ) -> ExportReport:
     """Export `model` to ONNX at `path`, checked in onnxruntime: `export(model, xb)`.
 
@@ -280,11 +297,14 @@ def export(
     compares it with the float model; `validate=(loader, metric)` scores both on the loader's
     `(inputs, target)` batches. Everything is written atomically, with the report as
     `MODEL.export.json`. Returns the `ExportReport` (a table in the notebook; `.passed`).
-    Needs `pip install 'jupyter_trainmate[export]'`.
+    With `record`, the report is also appended to `runs/runs.jsonl` as a line referring to the
+    notebook's latest `%%train` run (none: nothing is written). Needs `pip install
+    'jupyter_trainmate[export]'`.
     """
+    from .deploy.attach import attach, current_notebook
     from .deploy.export import export as _export
 
-    return _export(
+    report = _export(
         model,
         example,
         path,
@@ -295,6 +315,9 @@ def export(
         rtol=rtol,
         atol=atol,
     )
+    if record:
+        attach("export", report, notebook=current_notebook())
+    return report
 
 
 def bench(
@@ -306,6 +329,9 @@ def bench(
     backends: Sequence[str] = ("eager", "compile", "onnxruntime"),
     min_run_time: float = 0.5,
     threads: int | None = None,
+    rounds: int = 5,
+    clock: str = "wall",
+    record: bool = True,
 ) -> BenchReport:
     """Inference latency and throughput of `model` at each batch size: `bench(model, xb)`.
 
@@ -313,14 +339,19 @@ def bench(
     where the device has it; skipped rows say why) and batch size (the example's rows
     repeated): p50/p95/p99 latency, samples/s, peak memory, torch.compile's compile time and the
     graphs compiled inside the timed region (0, or the row is marked). Measured with
-    `torch.utils.benchmark.Timer.blocked_autorange` (`min_run_time` seconds per row) after a
-    warm-up, in eval mode and `torch.inference_mode`, on `threads` CPU threads. Returns the
+    `torch.utils.benchmark.Timer` (`min_run_time` seconds per row, the rows interleaved in
+    `rounds` rounds; p50 is the median of the rounds' medians) after a warm-up, in eval mode and
+    `torch.inference_mode`, on `threads` CPU threads. `clock="cpu"` times the calling thread's
+    CPU time on one thread instead of the wall clock: steadier on a busy machine, since it leaves
+    out the time spent waiting for a core (not a latency a caller sees there). Returns the
     `BenchReport` (a table in the notebook, a verdict per batch size; `.to_markdown()`,
-    `.to_json()`).
+    `.to_json()`). With `record`, the table is also appended to `runs/runs.jsonl` as a line
+    referring to the notebook's latest `%%train` run (none: nothing is written).
     """
+    from .deploy.attach import attach, current_notebook
     from .deploy.bench import bench as _bench
 
-    return _bench(
+    report = _bench(
         model,
         example,
         batch_sizes=batch_sizes,
@@ -328,7 +359,40 @@ def bench(
         backends=backends,
         min_run_time=min_run_time,
         threads=threads,
+        rounds=rounds,
+        clock=clock,
     )
+    if record:
+        attach("bench", report, notebook=current_notebook())
+    return report
+
+
+def suggest(
+    name: str,
+    low: Any,
+    high: float | None = None,
+    *,
+    log: bool = False,
+    step: float | None = None,
+    default: Any = None,
+) -> Any:
+    """A hyperparameter for `%%train --sweep N`: `suggest("lr", 1e-4, 1e-1, log=True)`,
+    `suggest("width", [128, 256])` (an int when both bounds are ints).
+
+    In a sweep the trial chooses; outside one it returns `default`, else the middle of the range
+    (geometric with `log=True`) or the first choice, so the cell runs unchanged. See docs/sweeps.md.
+    """
+    from .sweep.suggest import suggest as _suggest
+
+    return _suggest(name, low, high, log=log, step=step, default=default)
+
+
+def last_sweep() -> SweepSummary | None:
+    """The summary of the latest `%%train --sweep` in this process: `best_params`, `best_value`,
+    `best_trial` and `trials` (number, params, value, state, duration), or None before the first."""
+    from .sweep.summary import last_sweep as _last_sweep
+
+    return _last_sweep()
 
 
 def load_ipython_extension(ip: InteractiveShell) -> None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from types import FrameType
+from pathlib import Path
+from types import FrameType, TracebackType
 from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
@@ -57,6 +58,7 @@ def traceback_from_cell(exc: BaseException, filename: str, ip: InteractiveShell)
         tb = tb.tb_next
     if tb is None:
         return
+    tb = _without_ours(tb)
 
     def render() -> list[str]:
         formatter: Any = ip.InteractiveTB
@@ -65,3 +67,23 @@ def traceback_from_cell(exc: BaseException, filename: str, ip: InteractiveShell)
     # An exception class with __slots__ takes no attribute: IPython's own traceback then.
     with contextlib.suppress(AttributeError):
         exc._render_traceback_ = render  # type: ignore[attr-defined]
+
+
+_OURS = str(Path(__file__).resolve().parent)
+
+
+def _without_ours(tb: TracebackType) -> TracebackType:
+    """The traceback from the cell on without jupyter_trainmate's frames (the session's
+    `backward`/`step` the rewrite calls): the user sees their code and the library's, as in a
+    plain cell. A copy: the exception's own traceback (for `%debug`) keeps every frame."""
+    kept = []
+    node: TracebackType | None = tb
+    while node is not None:
+        if not node.tb_frame.f_code.co_filename.startswith(_OURS) or node is tb:
+            kept.append(node)
+        node = node.tb_next
+    chain: TracebackType | None = None
+    for node in reversed(kept):
+        chain = TracebackType(chain, node.tb_frame, node.tb_lasti, node.tb_lineno)
+    assert chain is not None
+    return chain

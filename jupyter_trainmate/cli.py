@@ -26,6 +26,47 @@ def _runs(args: argparse.Namespace) -> int:
     return runs_command(args.dir, args.markdown)
 
 
+def _report(args: argparse.Namespace) -> int:
+    from .report import report_command
+
+    report_command(
+        args.runs_dir, args.output, markdown=args.markdown, force=args.force, selected=args.runs
+    )
+    return 0
+
+
+def _add_report_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    report = commands.add_parser(
+        "report",
+        help="one self-contained HTML (or Markdown) report of the recorded runs",
+        description="Write the runs in RUNS_DIR/runs.jsonl as one HTML file that needs no "
+        "network: outcome, duration, throughput, the parameters that differ, final and best "
+        "metrics, curves overlaid, advice, sweeps. The same records give the same file.",
+    )
+    report.add_argument(
+        "runs_dir", type=Path, nargs="?", default=Path("runs"), metavar="RUNS_DIR",
+        help="the runs folder (default: runs)",
+    )  # fmt: skip
+    report.add_argument(
+        "-o", "--output", type=Path, help="the report file (report.html; report.md with --markdown)"
+    )
+    report.add_argument(
+        "--markdown", action="store_true", help="Markdown, with the charts as SVG files beside it"
+    )
+    report.add_argument("--force", action="store_true", help="replace existing output files")
+    report.add_argument(
+        "--runs", type=_numbers, metavar="N,N", help="the runs whose curves are overlaid (#N)"
+    )
+    report.set_defaults(run=_report)
+
+
+def _sweeps(args: argparse.Namespace) -> int:
+    from .sweep.storage import JOURNAL, list_studies
+
+    print(list_studies(args.dir / JOURNAL))
+    return 0
+
+
 def _refactor(args: argparse.Namespace) -> int:
     # nbformat validates with jsonschema, whose import compiles the RFC 3987 grammars of the
     # optional `rfc3987_syntax` package (about 1.2 s on a quiet machine, most of the refactor's
@@ -55,7 +96,7 @@ def _refactor(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .deploy.command import resolve, show
+    from .deploy.command import remember, resolve, show
     from .deploy.export import export
 
     model, example = resolve(args)
@@ -69,12 +110,13 @@ def _export(args: argparse.Namespace) -> int:
         rtol=args.rtol,
     )
     show(report, args.format, getattr(args, "user_ns", None) is not None)
+    remember("export", report, args)
     return 0 if report.passed else 1
 
 
 def _bench(args: argparse.Namespace) -> int:
     from .deploy.bench import bench, bench_onnx
-    from .deploy.command import onnx_file, resolve, resolve_example, show
+    from .deploy.command import onnx_file, remember, resolve, resolve_example, show
 
     exported = onnx_file(args)
     if exported is not None:
@@ -85,6 +127,8 @@ def _bench(args: argparse.Namespace) -> int:
             precision=args.precision,
             min_run_time=args.min_run_time,
             threads=args.threads,
+            rounds=args.rounds,
+            clock=args.clock,
         )
     else:
         model, example = resolve(args)
@@ -96,8 +140,30 @@ def _bench(args: argparse.Namespace) -> int:
             backends=args.backends,
             min_run_time=args.min_run_time,
             threads=args.threads,
+            rounds=args.rounds,
+            clock=args.clock,
         )
     show(report, args.format, getattr(args, "user_ns", None) is not None)
+    remember("bench", report, args)
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    import json
+
+    from .explain.build import explain_message
+    from .explain.traceback_text import last_exception
+
+    where = str(args.file) if args.file else "standard input"
+    try:
+        text = args.file.read_text(errors="replace") if args.file else sys.stdin.read()
+    except OSError as exc:
+        raise TrainmateError(f"{where}: {exc.strerror or exc}") from None
+    found = last_exception(text)
+    if found is None:
+        raise TrainmateError(f"{where}: no exception found (expected a line `SomeError: message`)")
+    explanation = explain_message(*found, chain=text)
+    print(json.dumps(explanation.as_dict(), indent=2) if args.json else explanation.text())
     return 0
 
 
@@ -164,6 +230,16 @@ def _add_deploy_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         "--min-run-time", type=float, default=0.5, help="seconds of timed calls per row (0.5)"
     )
     bench.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
+    bench.add_argument(
+        "--rounds", type=int, default=5, help="rounds the rows are timed in, interleaved (5)"
+    )
+    bench.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall: latency as a caller waits it (default); cpu: the calling thread's CPU time "
+        "on one thread, steadier on a busy machine (it leaves out waiting for a core)",
+    )
     bench.set_defaults(run=_bench)
 
 
@@ -201,6 +277,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--markdown", type=Path, metavar="FILE", help="update the table in this Markdown file"
     )
     runs.set_defaults(run=_runs)
+    _add_report_command(commands)
+
+    sweeps = commands.add_parser(
+        "sweeps",
+        help="the %%train --sweep studies in runs/optuna.journal",
+        description="List the Optuna studies of runs/optuna.journal: trials by state, the best "
+        "value and its trial.",
+    )
+    sweeps.add_argument(
+        "--dir", type=Path, default=Path("runs"), help="the runs folder (default: runs)"
+    )
+    sweeps.set_defaults(run=_sweeps)
 
     refactor = commands.add_parser(
         "refactor",
@@ -259,6 +347,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     refactor.set_defaults(run=_refactor)
     _add_deploy_commands(commands)
+
+    explain = commands.add_parser(
+        "explain",
+        help="explain a PyTorch error from a saved traceback",
+        description="Read a traceback (a file, or standard input) and print what happened, the "
+        "likely cause and the fixes, as %%train shows them when a cell fails (here from the "
+        "message alone: the frames' values are not in the text).",
+    )
+    explain.add_argument("file", nargs="?", type=Path, help="the traceback (default: stdin)")
+    explain.add_argument("--json", action="store_true", help="print kind, message, cause, advice")
+    explain.set_defaults(run=_explain)
     return parser
 
 

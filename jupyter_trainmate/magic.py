@@ -57,8 +57,8 @@ class TrainmateMagics(Magics):
         # The docstring (`%%train?`) is the parser's help: see below the class.
         __tracebackhide__ = True
         from .cell import register_cell, traceback_from_cell
-        from .rewrite import rewrite_cell
-        from .runner import run_cell, show
+        from .rewrite import compile_rewritten
+        from .runner import rewrite_for, run_cell, show
         from .runtime.notebook import notebook_path
         from .runtime.options import HelpShown, parse_options
 
@@ -73,16 +73,28 @@ class TrainmateMagics(Magics):
             raise UsageError(f"%%train: {exc}") from None
         source = ip.transform_cell(cell)
         filename = register_cell(ip, cell, source)
-        try:
-            compile(source, filename, "exec")
+        try:  # the cell as it is (compiled once per source: a re-run reuses it)
+            compile_rewritten(source, source, filename)
         except SyntaxError as exc:
             raise CellSyntaxError(exc, ip.SyntaxTB.structured_traceback) from None
-        result = rewrite_cell(source, ip.user_ns)
+        result = rewrite_for(source, ip.user_ns, options)
         if options.show:
             print(show(result))
             return
         try:
-            run_cell(source, filename, options, ip.user_ns, result)
+            if options.procs is not None and options.sweep is not None:
+                raise TrainmateError("--procs and --sweep together: not supported yet; use one")
+            if options.procs is not None:  # data-parallel in worker processes
+                from .distributed.launch import run_procs
+
+                run_procs(source, filename, options, ip.user_ns, result)
+            elif options.sweep is not None:
+                from .sweep.driver import run_sweep
+                from .sweep.parallel import run_parallel
+
+                run_sweep(source, filename, options, ip.user_ns, result, run_parallel)
+            else:
+                run_cell(source, filename, options, ip.user_ns, result)
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None
         except BaseException as exc:

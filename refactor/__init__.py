@@ -10,16 +10,26 @@ the next (`pipeline.py` runs them in this order):
    there, `params` turns notebook state into parameters (or module state).
 4. `emit`: the source files (`Emitted`): `imports` per module, `compose` + `sections` cut the
    script into section functions (`display` says which only show) and `functions` writes them
-   and `run(config)`; `configfile`, `project` (pyproject, README, `__main__.py` from
-   `templates/main.py.tmpl`); `docs` adds the docstrings.
+   and `run(config)`; `distribute` wires `run()` for `torchrun` (loaders sharded, models
+   wrapped, the sections after the training on rank 0; `distributed.py` from
+   `templates/distributed.py.tmpl`); `configfile`, `project` (pyproject, README, `__main__.py`
+   from `templates/main.py.tmpl`, `train.sbatch`); `docs` adds the docstrings; `writefiles`
+   gives the Python files the notebook wrote with `%%writefile` the notebook's imports they read.
 5. `annotate`: the types, inferred over the whole package (`symbols`, `infer`, `scope`, `flow`,
-   `known`; `traced` with `--execute`), written in (`typeexpr`) and checked by mypy
+   `reaching`, `uses`, `known`; `traced` with `--execute`), written in (`typeexpr`) and checked by mypy
    (`typecheck`: a rejected annotation is removed, a function whose own code fails gets
    `@no_type_check`) (`Annotated`).
 6. `testgen`: the generated tests (`Generated`; `characterise` for recorded fixtures).
 7. `output`: formats with ruff and writes atomically.
 8. `gate`, `docs.build_html`, `equivalence`: the checks on the written package.
 9. `report`: `REFACTOR_REPORT.md` from all of it (`Outcome`).
+
+The steps read libcst trees through `walk` (a read-only walk over the nodes' fields: libcst's own
+visitors rebuild every node they pass; `walk.isa` asks `isinstance` per type) and rewrite them
+with libcst's transformers; `positions` gives `analyze` where names and statements start
+(`PositionProvider`'s starts, recorded for those nodes only); `cut` runs
+the transformers that change a few functions of a big module on those functions alone (the
+same text as libcst's round trip of the whole module, for a fraction of its cost).
 
 With `--execute`, `trace` runs the notebook first and records types and fixtures. This package
 imports only `jupyter_trainmate.rewrite` and `jupyter_trainmate.runtime` from the runtime; the

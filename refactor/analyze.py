@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.metadata import CodeRange, GlobalScope, PositionProvider, Scope, ScopeProvider
+from libcst.metadata import CodePosition, GlobalScope, Scope, ScopeProvider
 
+from .positions import starts as start_positions
 from .read import CodeCell, Notebook
+from .walk import children, find, isa, walk
 
 Scopes = Mapping[cst.CSTNode, Scope | None]
-Positions = Mapping[cst.CSTNode, CodeRange]
+Positions = Mapping[cst.CSTNode, CodePosition]  # where names and statements start
 Kind = Literal["import", "function", "class", "constant", "statement"]
 FUTURE = re.compile(r"^from __future__ import [^\n]*$", re.M)
 FUTURE_DROPPED = "pass  # trainmate: dropped (a __future__ import)"
@@ -107,9 +108,9 @@ def analyze(nb: Notebook) -> Analysis:
         return out
     wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
     scopes = wrapper.resolve(ScopeProvider)
-    positions = wrapper.resolve(PositionProvider)
+    positions = start_positions(module)  # PositionProvider's starts, for a fifth of its cost
     for statement in _opened(list(module.body)):
-        at = positions[statement].start.line
+        at = positions[statement].line
         index = bisect.bisect_right(starts, at) - 1
         cell = good[index]
         out.items.append(_item(cell, statement, at - starts[index] + 1, scopes, positions))
@@ -122,22 +123,29 @@ def analyze(nb: Notebook) -> Analysis:
 
 def _opened(body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
     """Top-level statements with `if __name__ == "__main__":` gates replaced by their body."""
-    gate = m.If(
-        test=m.Comparison(
-            left=m.Name("__name__"),
-            comparisons=[m.ComparisonTarget(operator=m.Equal(), comparator=m.SimpleString())],
-        ),
-        orelse=None,
-    )
     opened: list[cst.BaseStatement] = []
     for statement in body:
-        if m.matches(statement, gate) and isinstance(statement, cst.If):
+        if isinstance(statement, cst.If) and _main_gate(statement):
             block = statement.body
             if isinstance(block, cst.IndentedBlock):
                 opened.extend(block.body)
                 continue
         opened.append(statement)
     return opened
+
+
+def _main_gate(node: cst.If) -> bool:
+    """`if __name__ == "<a string>":` with no `else`."""
+    test = node.test
+    return (
+        node.orelse is None
+        and isinstance(test, cst.Comparison)
+        and isinstance(test.left, cst.Name)
+        and test.left.value == "__name__"
+        and len(test.comparisons) == 1
+        and isinstance(test.comparisons[0].operator, cst.Equal)
+        and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+    )
 
 
 def _item(
@@ -149,7 +157,7 @@ def _item(
         declares = tuple(
             dict.fromkeys(
                 n.name.value
-                for g in m.findall(node, m.Global())
+                for g in find(node, cst.Global)
                 if isinstance(g, cst.Global)
                 for n in g.names
             )
@@ -195,7 +203,7 @@ def _item(
     declares = tuple(
         dict.fromkeys(
             n.name.value
-            for g in m.findall(node, m.Global())
+            for g in find(node, cst.Global)
             if isinstance(g, cst.Global)
             for n in g.names
         )
@@ -274,7 +282,9 @@ def _read(
     assigned: dict[str, tuple[int, int]] = {}
     skip: set[int] = set()
     bound = set(binds)
-    for child in _walk(node):
+    for child in walk(node):
+        if not isa(child, _READING):
+            continue
         if isinstance(child, cst.Attribute):
             skip.add(id(child.attr))
         elif isinstance(child, cst.Arg) and child.keyword is not None:
@@ -282,14 +292,14 @@ def _read(
         elif isinstance(child, cst.AugAssign) and isinstance(child.target, cst.Name):
             target = child.target  # `total += x` reads `total` first
             if isinstance(scopes.get(target), GlobalScope):
-                begin = positions[target].start
+                begin = positions[target]
                 reads.setdefault(target.value, (begin.line, begin.column))
         if not isinstance(child, cst.Name) or id(child) in skip:
             continue
         scope = scopes.get(child)
         if scope is None or child.value in BUILTINS:
             continue
-        start = positions[child].start
+        start = positions[child]
         at = (start.line, start.column)
         mine = [a for a in scope.accesses[child] if a.node is child]  # every access of the name
         if not mine:
@@ -303,20 +313,40 @@ def _read(
     return tuple(n for n, at in ordered if n not in assigned or at < assigned[n])
 
 
+_BINDING = (
+    cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.ExceptHandler,
+    cst.ExceptStarHandler, cst.AsName, cst.FunctionDef, cst.ClassDef, cst.Import, cst.ImportFrom,
+)  # fmt: skip
+_READING = (cst.Attribute, cst.Arg, cst.AugAssign, cst.Name)
+
+
 def _bound(node: cst.CSTNode) -> tuple[str, ...]:
-    """Names a top-level statement binds: assignment, for and with targets, nested defs."""
+    """Names a top-level statement binds: assignment, for and with targets, nested defs. Not
+    `except E as ex`'s `ex`: Python deletes it at the end of the handler, so nothing after the
+    statement can read it (only the handler itself does)."""
     names: dict[str, None] = {}
     targets: list[cst.BaseExpression] = []
-    for found in m.findall(node, m.AssignTarget() | m.AnnAssign() | m.AugAssign() | m.For()):
-        targets.append(getattr(found, "target"))  # noqa: B009 (matchers return CSTNode)
-    for found in m.findall(node, m.AsName() | m.FunctionDef() | m.ClassDef()):
-        targets.append(getattr(found, "name"))  # noqa: B009
-    for target in targets:
+    named: list[cst.BaseExpression] = []
+    imports: list[cst.Import | cst.ImportFrom] = []
+    handlers: set[int] = set()  # the `as ex` of each `except` (the walk meets it after)
+    for found in walk(node):  # one pass; the names in the order the three kinds were found in
+        if not isa(found, _BINDING):
+            continue
+        if isinstance(found, cst.AssignTarget | cst.AnnAssign | cst.AugAssign | cst.For):
+            targets.append(found.target)
+        elif isinstance(found, cst.ExceptHandler | cst.ExceptStarHandler) and found.name:
+            handlers.add(id(found.name))
+        elif isinstance(found, cst.AsName) and id(found) in handlers:
+            continue
+        elif isinstance(found, cst.AsName | cst.FunctionDef | cst.ClassDef):
+            named.append(found.name)
+        elif isinstance(found, cst.Import | cst.ImportFrom):  # `try: import x` in a cell
+            imports.append(found)
+    for target in [*targets, *named]:
         for name in _target_names(target):
             names.setdefault(name, None)
-    for found in m.findall(node, m.Import() | m.ImportFrom()):  # `try: import x` in a cell
-        assert isinstance(found, cst.Import | cst.ImportFrom)
-        names.update(dict.fromkeys(_import_names(found)))
+    for imported in imports:
+        names.update(dict.fromkeys(_import_names(imported)))
     return tuple(names)
 
 
@@ -331,10 +361,11 @@ def _target_names(target: cst.BaseExpression) -> list[str]:
 
 
 def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`node` and the nodes under it, in the order the scopes of a def are met (see `walk`)."""
     out = [node]
     stack = [node]
     while stack:
-        for child in stack.pop().children:
+        for child in children(stack.pop()):
             out.append(child)
             stack.append(child)
     return out

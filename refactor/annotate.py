@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import libcst as cst
-import libcst.matchers as m
 
 from .infer import infer
 from .symbols import Package, index
@@ -129,13 +128,18 @@ class ShapeDocs(ByQualname):
         text = "Tensor shapes seen when the notebook ran (dtype[shape] (device)):\n\n" + "\n".join(
             f"- {line}" for line in lines
         )
-        if m.matches(first, m.SimpleStatementLine([m.Expr(m.SimpleString())])):
-            old = first.body[0].value  # type: ignore[attr-defined]
+        if (
+            isinstance(first, cst.SimpleStatementLine)
+            and len(first.body) == 1
+            and isinstance(first.body[0], cst.Expr)
+            and isinstance(first.body[0].value, cst.SimpleString)
+        ):
+            old = first.body[0].value
             quote = old.value[-3:] if old.value.endswith(('"""', "'''")) else None
             if quote is None:
                 return updated_node
             new = cst.SimpleString(f"{old.value[:-3].rstrip()}\n\n{text}\n{quote}")
-            statement = first.with_changes(body=[first.body[0].with_changes(value=new)])  # type: ignore[attr-defined]
+            statement = first.with_changes(body=[first.body[0].with_changes(value=new)])
             return updated_node.with_changes(
                 body=body.with_changes(body=[statement, *body.body[1:]])
             )

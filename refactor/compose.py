@@ -15,16 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
-import libcst.matchers as m
 
 from .analyze import Item, _target_names
 from .display import is_display
+from .distribute import MODULE, model_classes, wire
 from .functions import TrainCell, run_function, section_function, train_cell_function
 from .params import hard_coded_device
 from .plan import Plan
 from .read import CodeCell, Note
-from .sections import Section, Unit, built, cut, results
+from .sections import Section, Unit, built, cut, deleted, results
 from .transform import DeviceTransformer
+from .walk import find, isa, walk
 
 DROPPED = "# trainmate: dropped"
 COMMENTED = "# notebook: "
@@ -79,8 +80,8 @@ def display_expression(item: Item) -> bool:
         inner = [a.value for a in value.args] + (
             [func.value] if isinstance(func, cst.Attribute) else []
         )
-        return name in DISPLAY_CALLS and not any(m.findall(v, m.Call()) for v in inner)
-    if m.findall(value, m.Call()):
+        return name in DISPLAY_CALLS and not any(find(v, cst.Call) for v in inner)
+    if find(value, cst.Call):
         return False  # `model(x).shape` runs the model (BatchNorm statistics, random draws)
     return isinstance(
         value,
@@ -101,10 +102,15 @@ def _indent(text: str) -> str:
 
 class Composer:
     def __init__(
-        self, plan: Plan, transformed: Callable[[cst.BaseStatement, dict[str, str]], str]
+        self,
+        plan: Plan,
+        transformed: Callable[[cst.BaseStatement, dict[str, str]], str],
+        distributed: bool = False,
     ) -> None:
-        """`transformed(node, local)`: a statement's code as the package runs it."""
+        """`transformed(node, local)`: a statement's code as the package runs it; `distributed`:
+        `run()` calls the package's `distributed.py` for `torchrun` (`distribute.py`)."""
         self.plan = plan
+        self.distributed = distributed
         self.transformed = transformed
         self.notes: list[Note] = []
         self.places: list[tuple[int, str]] = []
@@ -218,6 +224,7 @@ class Composer:
                     is_display(node),
                     built(node),
                     trains=".backward(" in code,
+                    deletes=deleted(node),
                 )
             )
             bound |= set(item.binds)
@@ -231,7 +238,7 @@ class Composer:
         for it in group:
             loops = {
                 n
-                for f in m.findall(it.node, m.For())
+                for f in find(it.node, cst.For)
                 for n in _target_names(f.target)  # type: ignore[attr-defined]
             }
             reads += [r for r in it.reads if r not in own and r not in loops]
@@ -263,14 +270,18 @@ class Composer:
             {"device"} if plan.device else set(),
             taken,
         )
+        wiring = None
+        if self.distributed:
+            sections, wiring = wire(plan, sections)
         plots = None
         if any(s.display for s in sections):
             fields = {plan.field_name(c) for c in plan.constants}
             plots = "plots" if "plots" not in fields else "show_plots"
-        parts = [train_cell_function(t, self.transformed) for t in train_cells]
+        models = model_classes(plan) if self.distributed else None
+        parts = [train_cell_function(t, self.transformed, models) for t in train_cells]
         parts += [section_function(plan, s, plots) for s in sections]
-        parts.append(run_function(plan, sections, plots))
-        extra = {"Config"}
+        parts.append(run_function(plan, sections, plots, wiring))
+        extra = {"Config"} | ({MODULE} if wiring is not None else set())
         if plan.device and (
             "device" in plan.module_state or any("device" in s.params for s in sections)
         ):
@@ -292,4 +303,18 @@ class Composer:
 
 
 def device_free(node: cst.BaseStatement, plan: Plan) -> cst.BaseStatement:
-    return node.visit(DeviceTransformer()) if plan.device else node  # type: ignore[return-value]
+    if not plan.device or not any(_device_related(n) for n in walk(node)):
+        return node  # nothing DeviceTransformer would change
+    return node.visit(DeviceTransformer())  # type: ignore[return-value]
+
+
+_DEVICE = (cst.Name, cst.SimpleString)
+
+
+def _device_related(node: cst.CSTNode) -> bool:
+    """What `DeviceTransformer` rewrites: `.cuda(...)`, a `"cuda"` literal, `torch.device(...)`."""
+    if not isa(node, _DEVICE):
+        return False
+    if isinstance(node, cst.Name):
+        return node.value in ("cuda", "device")
+    return isinstance(node, cst.SimpleString) and "cuda" in node.value

@@ -9,7 +9,8 @@ with `--plots` (`sections.py`).
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
+
+from .walk import find
 
 DISPLAY_FUNCS = frozenset({"print", "display", "pprint", "show", "imshow"})
 DISPLAY_OWNERS = frozenset({"plt", "sns", "ax", "axes", "axs", "fig", "ipd", "display"})
@@ -70,7 +71,7 @@ def _display_call(call: cst.Call) -> bool:
 
 
 def _only_looks(node: cst.CSTNode) -> bool:
-    for call in m.findall(node, m.Call()):
+    for call in find(node, cst.Call):
         assert isinstance(call, cst.Call)
         func = call.func
         name = func.value if isinstance(func, cst.Name) else None

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import libcst as cst
 
+from jupyter_trainmate.deploy.attach import EXPORT
+from jupyter_trainmate.deploy.card import export_section
 from jupyter_trainmate.runs_table import markdown_table
 from jupyter_trainmate.runtime.records import read_records
 
@@ -157,6 +159,10 @@ def model_card(plan: Plan) -> str:
         lines.append(markdown_table(records[-10:]))
     else:
         lines.append("No recorded runs beside the notebook (`%%train` records them in `runs/`).")
+    exports = read_records(nb.path.parent / "runs", (EXPORT,))
+    report = exports[-1].get(EXPORT) if exports else None
+    if isinstance(report, dict):  # `trainmate export` keeps this section up to date
+        lines += ["", export_section(report, f"on {str(exports[-1].get('time', ''))[:10]}")]
     lines += [
         "",
         "## Limitations",

@@ -17,14 +17,24 @@ import libcst as cst
 
 from .compose import Composer, Script, device_free
 from .configfile import config_module
+from .distribute import MODULE, enabled
 from .docs import documented, model_card, module_docstring
 from .functions import TrainCell
 from .imports import Imports, header, imports_of
 from .placement import Param
 from .plan import MODULES, Plan
-from .project import main_module, pyproject, readme
+from .project import (
+    distributed_module,
+    main_module,
+    pyproject,
+    readme,
+    sbatch_script,
+    sweep_default,
+)
 from .read import Note
 from .transform import CallSites, add_parameters
+from .walk import walk
+from .writefiles import with_imports
 
 __all__ = ["Emitted", "TrainCell", "emit"]
 
@@ -60,6 +70,8 @@ class _Emitter:
         self, node: cst.BaseStatement, local: dict[str, str], in_run: bool = False
     ) -> cst.BaseStatement:
         node = device_free(node, self.plan)
+        if not self._calls_callee(node):
+            return node  # no call that CallSites would give arguments
         if isinstance(node, cst.ClassDef) and isinstance(node.body, cst.IndentedBlock):
             # only __init__ receives the class's parameters; other methods use the defaults
             body = [
@@ -68,6 +80,14 @@ class _Emitter:
             ]
             return node.with_changes(body=node.body.with_changes(body=body))
         return node.visit(CallSites(self.callee_params, local, in_run))  # type: ignore[return-value]
+
+    def _calls_callee(self, node: cst.CSTNode) -> bool:
+        return any(
+            isinstance(found, cst.Call)
+            and isinstance(found.func, cst.Name)
+            and bool(self.callee_params.get(found.func.value))
+            for found in walk(node)
+        )
 
     def script_code(self, node: cst.BaseStatement, local: dict[str, str]) -> str:
         return _code(self.transformed(node, local, in_run=True))
@@ -105,7 +125,10 @@ def emit(plan: Plan) -> Emitted:
         place(item.cell.number, f"{pkg}.config (Config.{plan.field_name(name)})")
     for item in plan.imports:
         place(item.cell.number, "imports of the modules that use them")
-    script = Composer(plan, e.script_code).script()
+    distributed = enabled(plan, e.imports.lines)
+    if distributed:
+        e.imports.lines[MODULE] = f"from . import {MODULE}"
+    script = Composer(plan, e.script_code, distributed).script()
     for cell, where in script.places:
         place(cell, where)
     train_parts = modules.setdefault("train", [])
@@ -137,11 +160,16 @@ def emit(plan: Plan) -> Emitted:
         '"""\n\nfrom __future__ import annotations\n\nfrom .config import Config\n\n'
         '__all__ = ["Config"]\n__version__ = "0.1.0"\n'
     )
-    files[f"{pkg}/__main__.py"] = main_module(pkg, title)
+    sweep = sweep_default(t.options for t in script.train_cells)
+    files[f"{pkg}/__main__.py"] = main_module(pkg, title, distributed, sweep)
+    if distributed:
+        files[f"{pkg}/{MODULE}.py"] = distributed_module(pkg)
     for path, text in sorted(nb.files.items()):
-        files[path] = text
+        files[path] = with_imports(path, text, e.imports)
     files["pyproject.toml"] = pyproject(plan, e.imports.lines.values(), files)
-    files["README.md"] = readme(plan, title, script.plots)
+    files["README.md"] = readme(plan, title, script.plots, distributed)
+    if distributed:
+        files["train.sbatch"] = sbatch_script(pkg)
     files["MODEL_CARD.md"] = model_card(plan)
     return Emitted(
         files,

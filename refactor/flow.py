@@ -6,6 +6,7 @@ tuple, and which statements of a function are its own and whether its body can r
 from __future__ import annotations
 
 import ast
+import functools
 
 from .symbols import FunctionNode
 from .typeexpr import ANY, BOOL, ELLIPSIS, FLOAT, INT, NDARRAY, NONE, STR, TENSOR, T, Ty
@@ -64,16 +65,22 @@ def item(ty: Ty | None, i: int) -> Ty | None:
 
 def own(fn: FunctionNode, kinds: tuple[type[ast.AST], ...]) -> list[ast.AST]:
     """Nodes of `kinds` in `fn` itself, not in functions, classes or lambdas nested in it."""
+    return [node for node in _own(fn) if isinstance(node, kinds)]
+
+
+@functools.lru_cache(maxsize=512)
+def _own(fn: FunctionNode) -> tuple[ast.AST, ...]:
+    """Every node of `fn` itself, in `own`'s order: kept, since the inference asks of each
+    function several times (its returns, then each parameter no caller types)."""
     found: list[ast.AST] = []
     todo: list[ast.AST] = list(fn.body)
     while todo:
         node = todo.pop()
         if isinstance(node, FunctionNode | ast.ClassDef | ast.Lambda):
             continue
-        if isinstance(node, kinds):
-            found.append(node)
+        found.append(node)
         todo.extend(ast.iter_child_nodes(node))
-    return found
+    return tuple(found)
 
 
 def terminates(body: list[ast.stmt]) -> bool:

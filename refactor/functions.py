@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from .analyze import Item
+from .distribute import MODULE, Wiring, device_line, in_cell
 from .plan import Plan
 from .sections import Section
 
@@ -81,20 +82,34 @@ def section_function(plan: Plan, section: Section, plots: str | None) -> str:
     return f"def {section.name}({signature}){returns}:\n{body}\n"
 
 
-def run_function(plan: Plan, sections: tuple[Section, ...], plots: str | None) -> str:
+def run_function(
+    plan: Plan, sections: tuple[Section, ...], plots: str | None, wiring: Wiring | None = None
+) -> str:
+    """`run(config)`; with `wiring`, the calls of `distributed.py` for `torchrun`."""
     config = config_name(plan)
     lines: list[str] = []
+    resolved = [f"device = resolve_device({config}.device)"]
+    if wiring is not None:
+        resolved.append(device_line())
     if plan.device and "device" in plan.module_state:
-        lines += ["global device", f"device = resolve_device({config}.device)"]
+        lines += ["global device", *resolved]
     elif plan.device and any("device" in s.params for s in sections):
-        lines.append(f"device = resolve_device({config}.device)")
-    for section in sections:
+        lines += resolved
+    indent = ""
+    for index, section in enumerate(sections):
+        if wiring is not None and index == wiring.main_from:
+            lines += [f"{n} = {MODULE}.unwrap({n})" for n in wiring.unwrap]
+            lines.append(f"if {MODULE}.is_main():  # evaluation, saving, display: once, on rank 0")
+            indent = "    "
         args = ", ".join(([config] if section.config else []) + list(section.params))
         call = f"{section.name}({args})"
         if section.display:
-            lines += [f"if {config}.{plots}:", f"    {call}"]
+            lines += [f"{indent}if {config}.{plots}:", f"{indent}    {call}"]
             continue
-        lines.append(f"{', '.join(section.returns)} = {call}" if section.returns else call)
+        target = f"{', '.join(section.returns)} = " if section.returns else ""
+        lines.append(f"{indent}{target}{call}")
+        if wiring is not None:
+            lines += [indent + line for line in wiring.after.get(index, ())]
     lines.append(f'return {{k: v for k, v in locals().items() if k != "{config}"}}')
     return (
         f"def run({config}: Config) -> dict[str, object]:\n"
@@ -105,11 +120,20 @@ def run_function(plan: Plan, sections: tuple[Section, ...], plots: str | None) -
 
 
 def train_cell_function(
-    cell: TrainCell, transformed: Callable[[cst.BaseStatement, dict[str, str]], str]
+    cell: TrainCell,
+    transformed: Callable[[cst.BaseStatement, dict[str, str]], str],
+    models: set[str] | None = None,
 ) -> str:
-    body = "\n".join(
-        transformed(it.node, {p: p for p in cell.params}).strip("\n") for it in cell.items
-    )
+    """The cell's function; with `models` (under `torchrun`), what it builds and trains is
+    wrapped for data-parallel training right after it is built (`distribute.in_cell`)."""
+    lines: list[str] = []
+    for it in cell.items:
+        code = transformed(it.node, {p: p for p in cell.params}).strip("\n")
+        lines.append(code)
+        wired = in_cell(code, it.binds, models) if models is not None else None
+        if wired is not None:
+            lines.append(wired)
+    body = "\n".join(lines)
     if cell.returns:
         body += "\nreturn " + ", ".join(cell.returns)
     params = parameter_list(tuple(cell.params), None)

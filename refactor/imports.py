@@ -4,21 +4,29 @@ statement that binds only it; a module imports what its code uses: the notebook'
 the definitions of other modules of the package, the constants of `config`. A name the package
 defines itself is never also imported (no `F811`), and a module that uses a name nothing in the
 notebook binds gets the notebook's star imports (`from miniai.datasets import *`), where such
-names come from.
+names come from. A name imported from where IPython 9 no longer has it (`from IPython.core.display
+import display`) is imported from `IPython.display`, with a warning in the report.
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import libcst as cst
-import libcst.matchers as m
 
 from .plan import Plan
 from .read import Note
+from .walk import names
 
 CONFIG_NAMES = frozenset({"Config", "resolve_device"})
+# Names IPython 8 moved out of `IPython.core.display` (IPython 9 no longer has them there):
+# `IPython.display`, the public module, has had each of them since IPython 1.
+MOVED = {
+    ("IPython.core.display", name): "IPython.display"
+    for name in ("display", "clear_output", "update_display", "publish_display_data")
+}
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -26,11 +34,38 @@ def _code(node: cst.CSTNode) -> str:
 
 
 def names_in(code: str) -> set[str]:
+    """Every `Name` libcst would find in `code` (see `walk.names`), read from Python's own `ast`
+    (a tenth of libcst's parse): each identifier its nodes hold in a field or a dotted module
+    name; `True`, `False`, `None` are names to libcst. libcst's reading when `ast` cannot."""
     try:
-        module = cst.parse_module(code)
-    except cst.ParserSyntaxError:
-        return set()
-    return {n.value for n in m.findall(module, m.Name()) if isinstance(n, cst.Name)}
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        try:
+            return names(cst.parse_module(code))
+        except cst.ParserSyntaxError:
+            return set()
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Constant):
+            if node.value is None or node.value is True or node.value is False:
+                found.add(repr(node.value))
+        elif isinstance(node, ast.alias):
+            found.update(node.name.split(".") if node.name != "*" else ())
+            found.update(() if node.asname is None else (node.asname,))
+        elif isinstance(node, ast.ImportFrom):
+            found.update(node.module.split(".") if node.module else ())
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            found.update(node.names)
+        elif isinstance(node, ast.MatchClass):
+            found.update(node.kwd_attrs)
+        else:
+            for field in ("attr", "name", "arg", "rest"):
+                value = getattr(node, field, None)
+                if isinstance(value, str):
+                    found.add(value)
+    return found
 
 
 @dataclass(frozen=True)
@@ -72,6 +107,19 @@ def imports_of(plan: Plan) -> Imports:
                     if alias.asname is not None
                     else _code(alias.name)
                 )
+                source = _code(small.module) if small.module and not small.relative else ""
+                moved = MOVED.get((source, _code(alias.name)))
+                if moved is not None:
+                    one = one.with_changes(module=cst.parse_expression(moved))
+                    notes.append(
+                        Note(
+                            item.cell.number,
+                            item.line,
+                            "warning",
+                            f"`{_code(alias.name)}` imported from `{moved}`: `{source}` no "
+                            "longer has it (IPython 9)",
+                        )
+                    )
                 lines.setdefault(bound, _code(one).strip())
         elif isinstance(small, cst.ImportFrom):
             stars.append(_code(small).strip())

@@ -7,8 +7,13 @@ section functions, `run()`) is typed the same way:
 - constructors: `model = Net(...)` is a `Net`, `DataLoader(...)`, optimizers, schedulers,
   `nn.*` modules, tensors from `torch.*` factories, numpy arrays, pandas frames (`known`);
 - call sites: a parameter has the type of every argument passed to it anywhere in the package
-  (joined to the nearest common base); a function also used as a value (a callback such as a
-  `collate_fn`) gets no parameter types, since it is called from code we cannot see;
+  (joined to the nearest common base; a name by the binding that reaches the call where the
+  caller's top level makes that certain, `reaching`; `*data`, a tuple of known length, gives
+  one argument per item); a function also used as a value (a
+  callback such as a `collate_fn`) gets no parameter types from them, since it is called from
+  code we cannot see;
+- the function's own code, for a parameter the callers leave untyped: its literal default
+  (`epochs=3`), a tensor-only method called on it (`x.unsqueeze(0)`, `uses`);
 - returns: the join of what every `return` gives (names, literals, constructors, known calls);
 - `self.x = ...` in a class types `self.x` in its methods, a dataclass field its annotation.
 
@@ -22,11 +27,26 @@ import ast
 from dataclasses import dataclass
 
 from . import known
+from .flow import constant
 from .scope import Pending, Scope
 from .symbols import Function, Package
-from .typeexpr import INT, NONE, TENSOR, T, Ty, dotted_name, join, parse_annotation
+from .typeexpr import (
+    ANY,
+    ELLIPSIS,
+    INT,
+    NONE,
+    TENSOR,
+    T,
+    Ty,
+    dotted_name,
+    join,
+    parse_annotation,
+)
+from .uses import tensor_only_use
 
 ROUNDS = 6
+# the generated `distributed.py`: each returns an object used as the one it is given
+SAME_TYPE = frozenset({".distributed.shard", ".distributed.wrap", ".distributed.unwrap"})
 # calls that do not call what they are given (`super(Net, self)`, `isinstance(x, Net)`)
 HARMLESS = frozenset(
     f"builtins.{n}" for n in ("super", "isinstance", "issubclass", "type", "print", "repr", "str")
@@ -135,6 +155,8 @@ class Engine:
                 self._record(scope, target, call, skip=len(call.args))
                 return self.returns.get(target.key)
             return None
+        if path in SAME_TYPE and len(call.args) == 1:
+            return scope.typeof(call.args[0])  # `model = distributed.wrap(model)` (torchrun)
         if path is not None and path.startswith("."):
             return self._package_call(scope, path, call)
         if path is not None and path.startswith("builtins."):
@@ -144,7 +166,7 @@ class Engine:
         if isinstance(call.func, ast.Attribute):
             receiver = scope.typeof(call.func.value)
             if receiver is None:
-                return None
+                return None if call.keywords else known.untyped_method(call.func.attr, call.args)
             if receiver.name in self.pkg.classes:
                 method = self.pkg.method(receiver.name, call.func.attr)
                 if method is not None:
@@ -215,16 +237,14 @@ class Engine:
         if not self.recording:
             return
         seen = self.calls.setdefault(fn.key, {})
-        if any(isinstance(a, ast.Starred) for a in call.args) or any(
-            k.arg is None for k in call.keywords
-        ):
+        given = _spread(scope, call, call.args[skip:])
+        if given is None or any(k.arg is None for k in call.keywords):
             self.poisoned.add(fn.key)
             return
-        positional = fn.positional
-        for arg, value in zip(positional, call.args[skip:], strict=False):
-            seen.setdefault(arg.arg, []).append(scope.typeof(value))
+        for arg, ty in zip(fn.positional, given, strict=False):
+            seen.setdefault(arg.arg, []).append(ty)
         for keyword in call.keywords:
-            seen.setdefault(str(keyword.arg), []).append(scope.typeof(keyword.value))
+            seen.setdefault(str(keyword.arg), []).append(scope.at(keyword.value, call))
 
     def _collect(self, scope: Scope) -> None:
         """Record every call into the package in `scope`; a function that escapes (passed on,
@@ -313,8 +333,44 @@ class Engine:
                 ty = TENSOR if default is None and not known_other else None
             if method == "__getitem__" and i == 0 and "torch.utils.data.Dataset" in bases:
                 ty = ty or INT
+            if ty is None:
+                ty = _from_own_code(fn, arg.arg, default, found)
             types[arg.arg] = None if ty == NONE else ty
         return types
+
+
+def _spread(scope: Scope, call: ast.Call, args: list[ast.expr]) -> list[Ty | None] | None:
+    """The types of a call's positional arguments; `*data` where `data` is a tuple of known
+    length (`data = get_fold(...)` returning four tensors) gives one per item. None where a
+    starred value's length is unknown: the arguments cannot be matched to parameters."""
+    found: list[Ty | None] = []
+    for value in args:
+        if not isinstance(value, ast.Starred):
+            found.append(scope.at(value, call))
+            continue
+        ty = scope.at(value.value, call)
+        if ty is None or ty.name != "tuple" or any(t.name == ELLIPSIS for t in ty.args):
+            return None
+        found += [None if t == ANY else t for t in ty.args]
+    return found
+
+
+def _from_own_code(
+    fn: Function, name: str, default: ast.expr | None, given: list[Ty | None]
+) -> Ty | None:
+    """A parameter the callers do not type (some pass values of unknown type, or it escapes) but
+    the function's own code does: a literal default (`seed=42`, `lr=0.1`, `name="x"`) gives its
+    type, a value used through a method only tensors have (`x.unsqueeze(0)`) is a tensor. Never
+    against a caller whose type is known and differs."""
+    known = [t for t in given if t is not None]
+    if isinstance(default, ast.Constant):
+        ty = constant(default.value)
+        if ty is None or ty == NONE or type(default.value) is complex:
+            return None
+        return join([*known, ty])
+    if default is None and tensor_only_use(fn.node, name):
+        return TENSOR if all(t == TENSOR for t in known) else None
+    return None
 
 
 def infer(pkg: Package, seeds: dict[str, Ty] | None = None) -> Inferred:

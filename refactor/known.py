@@ -7,6 +7,8 @@ guarantee, so an annotation made from this table is one mypy accepts.
 
 from __future__ import annotations
 
+import ast
+
 from .typeexpr import BOOL, DATAFRAME, FLOAT, INT, NDARRAY, NONE, STR, TENSOR, T, Ty
 
 
@@ -22,7 +24,10 @@ _TORCH_TENSOR_FUNCTIONS = words(
     permute squeeze unsqueeze multinomial randperm tril triu einsum outer cdist mean sum prod
     cumsum cumprod sin cos pow masked_fill gather scatter bernoulli normal erf sign round floor
     ceil isnan isinf isfinite logical_and logical_or logical_not bincount
-    diag roll flip repeat_interleave tile broadcast_to atan2 minimum maximum lerp dropout"""
+    diag roll flip repeat_interleave tile broadcast_to atan2 minimum maximum lerp dropout
+    dot mv inner cross std var add sub mul div true_divide remainder fmod logsumexp amax amin
+    nan_to_num diff kron addmm baddbmm square neg exp2 expm1 asin acos atan sinh cosh trace
+    tril_indices triu_indices take floor_divide"""
 )
 # constructors and joins: an array whatever they are given (ufuncs such as np.log give a scalar
 # for a scalar, so they are not here)
@@ -94,7 +99,8 @@ TENSOR_TO_TENSOR = words(
     log_softmax argmax argmin clamp clamp_ clip masked_fill masked_fill_ fill_ zero_ add add_
     sub sub_ mul mul_ div div_ matmul mm bmm eq ne lt le gt ge type_as new_zeros new_ones
     new_full new_empty new_tensor flip roll gather scatter index_select masked_select cumsum
-    round floor ceil sign neg requires_grad_ pin_memory all any isnan logical_not"""
+    round floor ceil sign neg requires_grad_ pin_memory all any isnan logical_not dot mv square
+    log1p sin cos reciprocal amax amin logsumexp nan_to_num"""
 )
 TENSOR_METHODS: dict[str, Ty] = {
     "item": FLOAT,
@@ -174,6 +180,33 @@ def known_call(name: str) -> Ty | None:
     return None
 
 
+# methods only a torch.Tensor has among the objects a notebook holds (nn.Module has `float`,
+# `cuda`, `to`; numpy arrays `reshape`, `squeeze`, `view(dtype)`; so those are not here): called
+# on a value of unknown type (a data set's `.data`, a batch), the value is a tensor
+TENSOR_ONLY = words(
+    """unsqueeze unsqueeze_ permute contiguous detach detach_ long masked_fill masked_fill_
+    new_zeros new_ones new_full new_empty new_tensor index_select masked_select view_as
+    reshape_as expand_as type_as requires_grad_ pin_memory"""
+)
+
+
+def untyped_method(method: str, args: list[ast.expr]) -> Ty | None:
+    """What `value.method(args)` returns when the value's type is unknown: a tensor for the
+    methods only tensors have (`x.unsqueeze(0)`, `x.view(-1, 784)` with sizes, not a dtype),
+    an array for `.numpy()`."""
+    if method in TENSOR_ONLY:
+        return TENSOR
+    if method == "view" and args and all(_size(a) for a in args):
+        return TENSOR
+    return NDARRAY if method == "numpy" and not args else None
+
+
+def _size(node: ast.expr) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
 def method_type(receiver: Ty, method: str, has_args: bool) -> Ty | None:
     """What `receiver.method(...)` returns, for the library types the table knows."""
     if receiver == TENSOR:
@@ -234,4 +267,25 @@ USES: dict[str, tuple[tuple[str, ...], Ty]] = {
     **{f"torch.nn.{k}": (("num_features",), INT) for k in words("BatchNorm1d BatchNorm2d")},
     "torch.nn.Dropout": (("p",), FLOAT),
     "builtins.range": (("start", "stop", "step"), INT),
+    **{
+        f"torch.{k}": (("seed",), INT)
+        for k in ("manual_seed", "cuda.manual_seed", "cuda.manual_seed_all")
+    },
 }
+# torch functions whose first argument (`input`) must be a tensor (not the constructors that take
+# data, `torch.tensor`, `as_tensor`, `from_numpy`, nor `cat`/`stack`, which take a sequence), and
+# the losses of torch.nn.functional, whose target is one too
+_TENSOR_INPUT = words(
+    """exp log log1p sqrt rsqrt abs sigmoid tanh relu softmax log_softmax argmax argmin clamp
+    clip flatten squeeze unsqueeze transpose gather matmul mm bmm cumsum cumprod eq ne lt le gt
+    ge zeros_like ones_like rand_like randn_like randint_like empty_like full_like isnan isinf
+    masked_fill sign floor ceil round"""
+)
+_LOSSES = words(
+    """mse_loss l1_loss smooth_l1_loss huber_loss binary_cross_entropy
+    binary_cross_entropy_with_logits cross_entropy nll_loss kl_div"""
+)
+USES.update({f"torch.{k}": (("input",), TENSOR) for k in _TENSOR_INPUT})
+USES.update({f"torch.nn.functional.{k}": (("input", "target"), TENSOR) for k in _LOSSES})
+_ACTIVATIONS = words("relu sigmoid tanh softmax log_softmax gelu leaky_relu dropout normalize")
+USES.update({f"torch.nn.functional.{k}": (("input",), TENSOR) for k in _ACTIVATIONS})

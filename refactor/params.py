@@ -9,22 +9,40 @@ what a class reads outside `__init__`, what a function passed around as a value 
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import libcst as cst
-import libcst.matchers as m
 
 from .placement import Param
 from .read import Note
+from .walk import children, isa, walk
+from .walk import names as all_names
 
 if TYPE_CHECKING:
     from .plan import Plan
 
 
+CUDA_TEXT = re.compile(r"^[rbu]*['\"]cuda(:\d+)?['\"]$")
+
+
+_DEVICE = (cst.Call, cst.SimpleString)
+_VALUE = (cst.Name, cst.Call, cst.Attribute, cst.FunctionDef, cst.ClassDef)
+_LOCAL = (cst.Name, cst.Attribute, cst.Arg)
+
+
 def hard_coded_device(node: cst.CSTNode) -> bool:
-    cuda_call = m.Call(func=m.Attribute(attr=m.Name("cuda")))
-    cuda_text = m.SimpleString(value=m.MatchRegex(r"^[rbu]*['\"]cuda(:\d+)?['\"]$"))
-    return bool(m.findall(node, cuda_call | cuda_text))
+    """`x.cuda()` or a `"cuda"` / `"cuda:N"` literal anywhere in `node`."""
+    for found in walk(node):
+        if not isa(found, _DEVICE):
+            continue
+        if isinstance(found, cst.Call):
+            func = found.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
+                return True
+        elif isinstance(found, cst.SimpleString) and CUDA_TEXT.match(found.value):
+            return True
+    return False
 
 
 def parameters(out: Plan) -> None:
@@ -102,47 +120,39 @@ def parameters(out: Plan) -> None:
             placed.params.append(Param(param, source, default))
 
 
-class _ValueUses(cst.CSTVisitor):
-    """Names used other than as the function of a call (`DataLoader(collate_fn=collate)`)."""
-
-    def __init__(self, names: set[str]) -> None:
-        self.names = names
-        self.found: set[str] = set()
-
-    def visit_Call(self, node: cst.Call) -> bool:
-        if not isinstance(node.func, cst.Name):
-            node.func.visit(self)
-        for arg in node.args:
-            arg.value.visit(self)
-        return False
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
-        return False
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value in self.names:
-            self.found.add(node.value)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        node.body.visit(self)
-        for param in [*node.params.params, *node.params.kwonly_params]:
-            if param.default is not None:
-                param.default.visit(self)
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        node.body.visit(self)
-        for base in node.bases:
-            base.value.visit(self)
-        return False
+def _value_names(node: cst.CSTNode, names: set[str], found: set[str]) -> None:
+    """Adds to `found` the `names` used in `node` other than as the function of a call
+    (`DataLoader(collate_fn=collate)`); a def's decorators and annotations are not looked at."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if not isa(current, _VALUE):
+            stack.extend(children(current))
+        elif isinstance(current, cst.Name):
+            if current.value in names:
+                found.add(current.value)
+        elif isinstance(current, cst.Call):
+            if not isinstance(current.func, cst.Name):
+                stack.append(current.func)
+            stack.extend(a.value for a in current.args)
+        elif isinstance(current, cst.Attribute):
+            stack.append(current.value)
+        elif isinstance(current, cst.FunctionDef):
+            stack.append(current.body)
+            every = [*current.params.params, *current.params.kwonly_params]
+            stack.extend(p.default for p in every if p.default is not None)
+        elif isinstance(current, cst.ClassDef):
+            stack.append(current.body)
+            stack.extend(b.value for b in current.bases)
+        else:
+            stack.extend(children(current))
 
 
 def _value_uses(out: Plan, names: set[str]) -> set[str]:
-    visitor = _ValueUses(names)
+    found: set[str] = set()
     for item in [*out.run_body, *(p.item for p in out.placed.values())]:
-        item.node.visit(visitor)
-    return visitor.found
+        _value_names(item.node, names, found)
+    return found
 
 
 def _init_reads(node: cst.ClassDef, reads: list[str]) -> list[str]:
@@ -156,29 +166,22 @@ def _init_reads(node: cst.ClassDef, reads: list[str]) -> list[str]:
     )
     if init is None:
         return []
-    names = {n.value for n in m.findall(init, m.Name()) if isinstance(n, cst.Name)}
+    names = all_names(init)
     return [r for r in reads if r in names]
 
 
-class _Names(cst.CSTVisitor):
-    """Variable names in code: not attribute names (`x.lr`) nor keywords (`f(lr=...)`)."""
-
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)
-        return False
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
-        return False
-
-
 def _local_names(node: cst.CSTNode) -> set[str]:
-    names = _Names()
-    node.visit(names)
-    return names.names
+    """Variable names in code: not attribute names (`x.lr`) nor keywords (`f(lr=...)`)."""
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if not isa(current, _LOCAL):
+            stack.extend(children(current))
+        elif isinstance(current, cst.Name):
+            found.add(current.value)
+        elif isinstance(current, cst.Attribute | cst.Arg):
+            stack.append(current.value)
+        else:
+            stack.extend(children(current))
+    return found

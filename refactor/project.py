@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
+import textwrap
 from collections.abc import Iterable, Mapping
 from importlib.resources import files as package_files
 from string import Template
@@ -33,12 +34,137 @@ DISTRIBUTIONS = {
 }
 
 
-def main_module(package: str, title: str) -> str:
-    """`PKG/__main__.py`: the CLI, one option per `Config` field."""
-    template = package_files(__package__ or "refactor").joinpath("templates", "main.py.tmpl")
-    return Template(template.read_text(encoding="utf-8")).substitute(
-        package=package, title=repr(title)
+LAUNCH = """\
+    from .train import run
+
+    run(Config(**values))
+"""
+
+# with `PKG/distributed.py`: the training joins torchrun's process group when there is one; its
+# exceptions go to torchrun's error file (`record`): the launcher shows the failing rank's traceback
+BACKEND_OPTION = """\
+    train.add_argument(
+        "--dist-backend",
+        default="auto",
+        choices=("auto", "nccl", "gloo"),
+        help="under torchrun: the process group's backend (auto: nccl with GPUs, else gloo)",
     )
+"""
+LAUNCH_DISTRIBUTED = """\
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    from . import distributed
+
+    @record
+    def train(config: Config) -> None:
+        distributed.setup(args.dist_backend)  # nothing without torchrun
+        try:
+            from .train import run
+
+            run(config)
+        finally:
+            distributed.teardown()
+
+    train(Config(**values))
+"""
+
+
+# a `%%train --sweep N` cell: `python -m PKG sweep --trials N` runs its study (sweep/function.py)
+SWEEP_COMMAND = """\
+    sweep = commands.add_parser(
+        "sweep", help="the notebook's %%train --sweep: trials of its study (runs/optuna.journal)"
+    )
+    sweep.add_argument("--trials", type=int, default=$trials, help="default: $trials (the cell's)")
+    sweep.add_argument(
+        "--parallel", type=int, default=None, help="K trials at a time in K worker processes"
+    )
+"""
+SWEEP_LAUNCH = """\
+    if args.command == "sweep":
+        from jupyter_trainmate.sweep.function import sweep_trials
+
+        from .train import run
+
+        with sweep_trials(args.trials, args.parallel):  # ends after the study
+            run(Config(**values))
+        return 0
+    from jupyter_trainmate.sweep.function import no_sweep
+
+    with no_sweep():  # one run: each suggest() gives its default
+"""
+
+
+def sweep_default(options: Iterable[str]) -> int | None:
+    """The `--sweep N` of the first `%%train` cell that has one (None: no sweep cell)."""
+    from jupyter_trainmate.errors import TrainmateError
+    from jupyter_trainmate.runtime.options import HelpShown, parse_options
+
+    for line in options:
+        try:
+            trials = parse_options(line).sweep
+        except (TrainmateError, HelpShown):
+            continue
+        if trials is not None:
+            return trials
+    return None
+
+
+def _template(name: str) -> Template:
+    path = package_files(__package__ or "refactor").joinpath("templates", name)
+    return Template(path.read_text(encoding="utf-8"))
+
+
+def main_module(
+    package: str, title: str, distributed: bool = False, sweep: int | None = None
+) -> str:
+    """`PKG/__main__.py`: the CLI, one option per `Config` field (and `--dist-backend` when the
+    package has `distributed.py`; a `sweep` command when a cell was `%%train --sweep N`)."""
+    launch = LAUNCH_DISTRIBUTED if distributed else LAUNCH
+    if sweep is not None:
+        launch = SWEEP_LAUNCH + textwrap.indent(launch, "    ")
+    return _template("main.py.tmpl").substitute(
+        package=package,
+        title=repr(title),
+        options=BACKEND_OPTION if distributed else "",
+        launch=launch,
+        sweep=Template(SWEEP_COMMAND).substitute(trials=sweep) if sweep is not None else "",
+        sweep_doc=", `sweep`" if sweep is not None else "",
+    )
+
+
+def distributed_module(package: str) -> str:
+    """`PKG/distributed.py`: rank, device, sharded loaders and DDP for `torchrun`."""
+    return _template("distributed.py.tmpl").substitute(package=package)
+
+
+def sbatch_script(package: str) -> str:
+    """`train.sbatch`: `srun torchrun ...` on a Slurm cluster (the README says how)."""
+    return _template("train.sbatch.tmpl").substitute(package=package)
+
+
+def _torchrun(pkg: str) -> str:
+    """The README's section on data-parallel training under `torchrun`."""
+    return f"""
+## On several GPUs and machines
+
+`python -m {pkg} train` runs data-parallel under `torchrun` (one process per GPU): each
+process trains on its share of every `DataLoader` (a `DistributedSampler`) with the model in
+`DistributedDataParallel`; rank 0 alone prints, evaluates and saves (`{pkg}/distributed.py`,
+called from `run()` in `{pkg}/train.py`). The batch size is per process: the global batch is
+`--batch-size` times the number of processes. Without `torchrun` it runs in one process as above.
+
+```console
+# one machine, 8 GPUs
+torchrun --standalone --nproc-per-node 8 -m {pkg} train
+# two machines with 8 GPUs each: run this on both (HOST: the first one's address)
+torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 -m {pkg} train
+# a Slurm cluster: edit the #SBATCH lines of train.sbatch (nodes, GPUs per node), then
+sbatch train.sbatch --epochs 10
+```
+
+NCCL on GPUs, gloo on CPUs (`--dist-backend gloo` to choose). A failing process stops the others
+and `torchrun` shows its traceback.
+"""
 
 
 def _distribution(module: str, installed: Mapping[str, list[str]]) -> str:
@@ -96,6 +222,8 @@ testpaths = ["tests"]
 [tool.mypy]
 # a function whose own code fails mypy is `@no_type_check` (REFACTOR_REPORT.md says why)
 ignore_missing_imports = true
+# a notebook rebinds names to new types (`x = np.linspace(...)`, later `x = torch.ones(...)`)
+allow_redefinition = true
 
 [tool.ruff.lint]
 # pycodestyle errors, pyflakes and import order: the checks `trainmate refactor` guarantees
@@ -103,7 +231,7 @@ select = ["E4", "E7", "E9", "F", "I"]
 '''
 
 
-def readme(plan: Plan, title: str, plots: str | None) -> str:
+def readme(plan: Plan, title: str, plots: str | None, distributed: bool = False) -> str:
     pkg = plan.package
     modules = sorted({p.module for p in plan.placed.values()} | {"config", "train"})
     rows = "".join(
@@ -129,7 +257,7 @@ python -m {pkg} train            # the notebook's training, with its hyperparame
 
 | module | definitions |
 | --- | --- |
-{rows}{_experiments(plan)}"""
+{rows}{_torchrun(pkg) if distributed else ""}{_experiments(plan)}"""
 
 
 def _experiments(plan: Plan) -> str:

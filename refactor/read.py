@@ -12,7 +12,7 @@ continues a `%`-formatting expression is never mistaken for a magic; its output,
 | `!pip install x`, `%pip install x`, `%conda install x` | dependency `x` (pyproject), line dropped |
 | `%matplotlib`, `%load_ext`, `%autoreload`, `%watermark`, `%config`, help (`obj?`) ... | dropped |
 | `%time stmt`, `%timeit stmt`, `%%time`, `%%timeit`, `%%capture` | the statement / body kept |
-| `%%writefile [-a] path` | `path` emitted into the package |
+| `%%writefile [-a] path` | `path` emitted into the package (a `.py` with the notebook's imports it reads) |
 | `x = !cmd` | `subprocess.run(...)` lines, with a warning |
 | `%%train OPTIONS` | a training function run by jupyter_trainmate's runtime |
 | anything else (`!wget`, `%cd`, `%%bash`, ...) | commented out, reported |

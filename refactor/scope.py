@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import known
 from .flow import all_args, binop, constant, item, numbers, own, terminates
+from .reaching import Reaching, Updated
 from .symbols import Function, FunctionNode, Module
 from .typeexpr import (
     ANY,
@@ -60,6 +61,7 @@ class Scope:
         self._nodes: list[ast.AST] | None = None
         self._returns: list[ast.AST] | None = None
         self.extra: dict[str, Ty | None] = {}  # comprehension variables while one is typed
+        self._reaching: Reaching | None = None
         self.params = {a.arg for a in all_args(fn.node)} if fn else set()
         self.body: list[ast.stmt] = fn.node.body if fn else module.tree.body
         for statement in self.body:
@@ -240,6 +242,57 @@ class Scope:
             self.memo[key] = self._typeof(node)
         return self.memo[key]
 
+    def at(self, node: ast.expr, where: ast.AST) -> Ty | None:
+        """`node`'s type where `where` runs: a name (or a tuple of names) by the binding that
+        reaches there when the function's top level makes that certain (`reaching`), else as
+        `typeof` has it."""
+        if (
+            isinstance(node, ast.Tuple)
+            and node.elts
+            and all(isinstance(e, ast.Name) for e in node.elts)
+        ):
+            items = [self.at(e, where) for e in node.elts]
+            if all(i is None for i in items):
+                return None
+            return T("tuple", *(ANY if i is None else i for i in items))
+        if not isinstance(node, ast.Name) or self.fn is None or self.extra:
+            return self.typeof(node)
+        if self._reaching is None:
+            self._reaching = Reaching(self.body, self.bindings)
+        found = self._reaching.source(node.id, where)
+        try:
+            if isinstance(found, Updated):
+                ty = self._kept(node.id, found)
+            elif found == "param":
+                ty = self.e.param_type(self.fn, node.id)
+            elif found is not None:
+                ty = self._source_type(node.id, found)
+            else:
+                ty = None
+        except Pending:
+            ty = None
+        return ty if ty is not None else self.typeof(node)
+
+    def _kept(self, name: str, found: Updated) -> Ty | None:
+        """The type of the assignment `found` starts from, when each of its updates gives that
+        type again with `name` holding it (`x = torch.tensor(xs)`, then in a branch
+        `x = (x - x.mean()) / x.std()`: a tensor either way)."""
+        assert self.fn is not None
+        if found.base == "param":
+            ty = self.e.param_type(self.fn, name)
+        else:
+            ty = self._source_type(name, found.base)
+        if ty is None or ty.name in ("|", "typing.Any"):
+            return None
+        saved = self.extra
+        self.extra = {**saved, name: ty}
+        try:
+            if all(self._source_type(name, s) == ty for s in found.updates):
+                return ty
+            return None
+        finally:
+            self.extra = saved
+
     def _typeof(self, node: ast.expr) -> Ty | None:
         if isinstance(node, ast.Constant):
             return constant(node.value)
@@ -369,7 +422,7 @@ class Scope:
         returns = [n for n in mine if isinstance(n, ast.Return)]
         if not any(r.value is not None for r in returns):
             return NONE
-        found = [self.typeof(r.value) if r.value is not None else NONE for r in returns]
+        found = [self.at(r.value, r) if r.value is not None else NONE for r in returns]
         if not terminates(node.body):
             found.append(NONE)
         return join(found, self.e.pkg.ancestors)

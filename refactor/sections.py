@@ -21,9 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import libcst as cst
-import libcst.matchers as m
 
 from .analyze import BUILTINS
+from .walk import children, find, isa
 
 STOP_WORDS = frozenset({"a", "an", "the", "of", "to", "for", "with", "our", "on", "in"})
 NUMBERING = re.compile(r"^\s*(step|part|section|chapter)?\s*[\d.ivx]*\s*[:.)-]?\s+", re.I)
@@ -69,6 +69,7 @@ class Unit:
     display: bool
     built: tuple[str, ...] = ()  # `ds = Dataset(...)`: a result only if nothing after uses it
     trains: bool = False  # a `%%train` cell or a loop calling backward(): what it reads is trained
+    deletes: tuple[str, ...] = ()  # `del df` at the top level (not in a def): unbound after it
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,8 @@ def cut(
             for name in unit.results:
                 if name in unit.built and name in later and name not in trained:
                     continue  # an object built to be used, and used: not a result
+                if _deleted_after(group, position, name):
+                    continue  # `df = read(...)`, `del df`: gone when the section ends
                 # (what a training loop reads, the model above all, is what the notebook made)
                 if owner.get(name) == index and not name.startswith("_"):
                     returns[index].setdefault(name, None)
@@ -192,6 +195,43 @@ def cut(
     return tuple(out)
 
 
+def _deleted_after(group: list[Unit], position: int, name: str) -> bool:
+    """`name` is deleted at `position` or after and not bound again by a later statement."""
+    last = max((i for i, u in enumerate(group) if i >= position and name in u.deletes), default=-1)
+    return last >= 0 and not any(name in u.binds for u in group[last + 1 :])
+
+
+_DELETE = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Del)
+_DEPTH = (
+    cst.FunctionDef, cst.ClassDef, cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For,
+    cst.While,
+)  # fmt: skip
+
+
+def deleted(node: cst.BaseStatement) -> tuple[str, ...]:
+    """The names a top-level statement deletes with `del name` (not inside a def or class)."""
+    found: dict[str, None] = {}
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        if not isa(current, _DELETE):
+            stack.extend(children(current))
+            continue
+        if isinstance(current, cst.FunctionDef | cst.ClassDef | cst.Lambda):
+            continue
+        if isinstance(current, cst.Del):
+            targets: list[cst.BaseExpression] = [current.target]
+            while targets:
+                target = targets.pop()
+                if isinstance(target, cst.Name):
+                    found.setdefault(target.value, None)
+                elif isinstance(target, cst.Tuple | cst.List):
+                    targets.extend(e.value for e in target.elements)
+            continue
+        stack.extend(children(current))
+    return tuple(found)
+
+
 def _made(group: list[Unit], returns: dict[str, None]) -> str | None:
     """A section with no heading nor prose above: named by what it does or makes."""
     if any(".backward(" in u.code for u in group):
@@ -217,12 +257,11 @@ def results(node: cst.BaseStatement, binds: tuple[str, ...]) -> tuple[str, ...]:
     if isinstance(node, cst.FunctionDef | cst.ClassDef):
         return ()  # a definition kept in the script is passed on only where it is used
     loops: set[str] = set()
-    for loop in m.findall(node, m.For()):
+    for loop in find(node, cst.For):
         assert isinstance(loop, cst.For)
         loops.update(_names(loop.target))
-    deep = _Depth()
-    node.visit(deep)
-    loops |= deep.inner - deep.outer  # bound only inside a loop in a loop: a batch's temporaries
+    outer, inner = _by_depth(node)
+    loops |= inner - outer  # bound only inside a loop in a loop: a batch's temporaries
     if isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], cst.Assign):
         small = node.body[0]
         single = len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
@@ -231,43 +270,24 @@ def results(node: cst.BaseStatement, binds: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in binds if n not in loops)
 
 
-class _Depth(cst.CSTVisitor):
-    """Names assigned at loop depth 0-1 (`outer`) and deeper (`inner`); defs are not entered."""
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.outer: set[str] = set()
-        self.inner: set[str] = set()
-
-    def visit_For(self, node: cst.For) -> None:
-        self.depth += 1
-
-    def leave_For(self, original_node: cst.For) -> None:
-        self.depth -= 1
-
-    def visit_While(self, node: cst.While) -> None:
-        self.depth += 1
-
-    def leave_While(self, original_node: cst.While) -> None:
-        self.depth -= 1
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def _add(self, target: cst.BaseExpression) -> None:
-        (self.outer if self.depth <= 1 else self.inner).update(_names(target))
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        self._add(node.target)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._add(node.target)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._add(node.target)
+def _by_depth(node: cst.CSTNode) -> tuple[set[str], set[str]]:
+    """Names assigned at loop depth 0-1 (outer) and deeper (inner); defs are not entered."""
+    outer: set[str] = set()
+    inner: set[str] = set()
+    stack: list[tuple[cst.CSTNode, int]] = [(node, 0)]
+    while stack:
+        current, depth = stack.pop()
+        if not isa(current, _DEPTH):
+            stack.extend((child, depth) for child in children(current))
+            continue
+        if isinstance(current, cst.FunctionDef | cst.ClassDef):
+            continue
+        if isinstance(current, cst.AssignTarget | cst.AugAssign | cst.AnnAssign):
+            (outer if depth <= 1 else inner).update(_names(current.target))
+        if isinstance(current, cst.For | cst.While):
+            depth += 1
+        stack.extend((child, depth) for child in children(current))
+    return outer, inner
 
 
 def built(node: cst.BaseStatement) -> tuple[str, ...]:

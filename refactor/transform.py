@@ -11,16 +11,16 @@ The libcst edits the emit step applies to notebook code (one transformer per con
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import libcst as cst
-import libcst.matchers as m
 
 if TYPE_CHECKING:
     from .placement import Param
 
-CUDA_TEXT = m.SimpleString(value=m.MatchRegex(r"^[rbu]*['\"]cuda(:\d+)?['\"]$"))
+CUDA_TEXT = re.compile(r"^[rbu]*['\"]cuda(:\d+)?['\"]$")
 
 
 class DeviceTransformer(cst.CSTTransformer):
@@ -62,7 +62,12 @@ class DeviceTransformer(cst.CSTTransformer):
         keyword = original_node.keyword
         in_device_call = self._device_args > 0 and keyword is None
         is_device_kw = keyword is not None and keyword.value == "device"
-        if (in_device_call or is_device_kw) and m.matches(updated_node.value, CUDA_TEXT):
+        value = updated_node.value
+        if (
+            (in_device_call or is_device_kw)
+            and isinstance(value, cst.SimpleString)
+            and CUDA_TEXT.match(value.value)
+        ):
             self.changed += 1
             return updated_node.with_changes(value=cst.Name("device"))
         return updated_node

@@ -2,8 +2,8 @@
 mypy on the annotated package: the annotations it rejects are removed, and a function whose own
 code fails gets `@no_type_check` (with mypy's reason, for the report).
 
-mypy runs on a copy of the package's modules in a temporary folder, with its cache in a folder of
-the system's temporary directory kept between refactors (the first run reads torch's stubs, the
+mypy runs in this process (`mypy.api`) on a copy of the package's modules in a temporary folder,
+with its cache in a folder of the system's temporary directory kept between refactors (the first run reads torch's stubs, the
 next ones only the package). A few rounds at most: the first finds the errors, the next confirm
 the package is clean once the rejected annotations are gone.
 """
@@ -14,7 +14,6 @@ import ast
 import importlib.util
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from .cut import edit_functions, insert_after_imports
 from .typeexpr import ByQualname, add_imports
 
 ROUNDS = 4
@@ -58,25 +58,38 @@ def cache_dir() -> str:
 
 
 def run_mypy(folder: Path, package: str) -> list[_Error] | str:
-    """mypy's errors on `folder/package`, or a line saying why it could not run."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--cache-dir", cache_dir(),
-         "--config-file", os.devnull, "--no-error-summary", "--show-error-codes", "--no-pretty",
-         "--hide-error-context", "--no-color-output", "--follow-imports", "silent", package],
-        cwd=folder, capture_output=True, text=True, check=False,
+    """mypy's errors on `folder/package`, or a line saying why it could not run.
+
+    mypy runs in this process (`mypy.api`): the refactor's later rounds then skip the
+    interpreter's start and mypy's imports, and its in-memory caches are warm (a round on an
+    unchanged module costs a fraction of the first)."""
+    from mypy import api
+
+    target = str(folder / package)
+    stdout, stderr, status = api.run(
+        ["--ignore-missing-imports", "--cache-dir", cache_dir(), "--config-file", os.devnull,
+         "--no-error-summary", "--show-error-codes", "--no-pretty", "--hide-error-context",
+         "--no-color-output", "--allow-redefinition", "--follow-imports", "silent", target]
     )  # fmt: skip
-    if proc.returncode not in (0, 1):
-        return f"not run: mypy failed ({(proc.stderr or proc.stdout).strip()[:200]})"
+    if status not in (0, 1):
+        return f"not run: mypy failed ({(stderr or stdout).strip()[:200]})"
     errors = []
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         found = ERROR.match(line)
-        if found and found["path"].startswith(f"{package}/"):
-            module = found["path"][len(package) + 1 : -3].replace("/", ".")
+        # the path as mypy has it: under `folder`, or where an earlier refactor's copy of an
+        # unchanged module was (mypy replays a cached module's errors with its first path)
+        parts = Path(found["path"]).parts if found else ()
+        if found and package in parts:
+            inside = parts[len(parts) - 1 - parts[::-1].index(package) + 1 :]
+            module = "/".join(inside)[:-3].replace("/", ".")
             errors.append(_Error(module, int(found["line"]), found["text"], found["code"] or ""))
     return errors
 
 
-def _functions(code: str) -> list[tuple[str, int, int, ast.FunctionDef | ast.AsyncFunctionDef]]:
+_Function = tuple[str, int, int, ast.FunctionDef | ast.AsyncFunctionDef]
+
+
+def _functions(code: str) -> list[_Function]:
     """(qualname, first line, last line, node) of the module's functions and methods."""
     found = []
     try:
@@ -126,8 +139,10 @@ class _Edit(ByQualname):
             returns=None if "return" in drop else updated_node.returns,
         )
         if name in self.decorate:
+            # innermost, on the function itself: `no_type_check` over `@property` (or any
+            # object that takes no attributes) raises AttributeError when the class is built
             decorator = cst.Decorator(cst.Name("no_type_check"))
-            node = node.with_changes(decorators=[decorator, *node.decorators])
+            node = node.with_changes(decorators=[*node.decorators, decorator])
         return node
 
 
@@ -158,13 +173,24 @@ def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> C
                 break
             for module, (drop, decorate) in edits.items():
                 path = f"{package}/{module}.py"
-                tree = cst.parse_module(files[path]).visit(_Edit(drop, decorate))
+                code = _edited(files[path], drop, decorate)
                 if decorate and not re.search(
-                    r"^from typing import .*\bno_type_check\b", tree.code, re.M
+                    r"^from typing import .*\bno_type_check\b", code, re.M
                 ):
-                    tree = add_imports(tree, {"from typing import no_type_check"}, guarded=False)
-                files[path] = tree.code
+                    code = _import_no_type_check(code)
+                files[path] = code
     return Checked(files, result, tuple(sorted(decorated.items())), tuple(removed))
+
+
+def _edited(code: str, drop: Mapping[str, set[str]], decorate: set[str]) -> str:
+    """`code` with `_Edit(drop, decorate)` applied (only the functions it changes are parsed)."""
+    return edit_functions(code, set(drop) | decorate, lambda: _Edit(drop, decorate))
+
+
+def _import_no_type_check(code: str) -> str:
+    """`add_imports(tree, {"from typing import no_type_check"}, guarded=False)`, on the text."""
+    line = "from typing import no_type_check"
+    return insert_after_imports(code, line, lambda t: add_imports(t, {line}, guarded=False))
 
 
 def _plan_edits(
@@ -182,10 +208,14 @@ def _plan_edits(
     by_name: dict[str, list[str]] = {}
     for key in ours:
         by_name.setdefault(key.rsplit(".", 1)[-1], []).append(key)
+    parsed: dict[str, tuple[list[_Function], list[str]]] = {}  # each module parsed once a round
     for error in errors:
-        code = files.get(f"{package}/{error.module}.py", "")
-        where = next(((q, fn) for q, a, b, fn in _functions(code) if a <= error.line <= b), None)
-        line = code.splitlines()[error.line - 1] if 0 < error.line <= len(code.splitlines()) else ""
+        if error.module not in parsed:
+            code = files.get(f"{package}/{error.module}.py", "")
+            parsed[error.module] = (_functions(code), code.splitlines())
+        functions, lines = parsed[error.module]
+        where = next(((q, fn) for q, a, b, fn in functions if a <= error.line <= b), None)
+        line = lines[error.line - 1] if 0 < error.line <= len(lines) else ""
         dropped = False
         argument = ARGUMENT.match(error.text)
         if argument and error.code == "arg-type":

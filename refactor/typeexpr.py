@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import libcst as cst
-import libcst.matchers as m
 
 BUILTINS = frozenset(
     {"int", "float", "str", "bool", "bytes", "complex", "None", "range", "object", "slice"}
@@ -259,7 +258,9 @@ def add_imports(
         (
             i
             for i, s in enumerate(tree.body)
-            if m.matches(s, m.SimpleStatementLine([m.Import() | m.ImportFrom()]))
+            if isinstance(s, cst.SimpleStatementLine)
+            and len(s.body) == 1
+            and isinstance(s.body[0], cst.Import | cst.ImportFrom)
         ),
         default=-1,
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 CHROMIUM = "/usr/bin/chromium"
+BUILD = Path(__file__).resolve().parent.parent / "jupyter_trainmate" / "labextension"
 # Flags for a closed network: without the background-networking ones Chromium keeps dialling out.
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -71,7 +72,20 @@ def running_lab(
     news.write_text('{"fetchNews": "false"}')
     token = secrets.token_hex(16)
     port = _free_port()
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), **(env or {})}
+    # This checkout's lab extension build, whichever checkout the virtualenv's link names (a git
+    # worktree shares the venv of another): the first `labextensions/` on JUPYTER_PATH wins.
+    extensions = tmp / "jupyter-path" / "labextensions"
+    extensions.mkdir(parents=True)
+    (extensions / "jupyter-trainmate").symlink_to(BUILD, target_is_directory=True)
+    jupyter_path = os.pathsep.join(
+        p for p in (str(extensions.parent), os.environ.get("JUPYTER_PATH")) if p
+    )
+    env = {
+        **os.environ,
+        "JUPYTER_RUNTIME_DIR": str(runtime),
+        "JUPYTER_PATH": jupyter_path,
+        **(env or {}),
+    }
     # The command `make lab` runs (scripts/lab.py), on this test's own folders and port.
     cmd = _make_lab().command(root, [
         "--no-browser",

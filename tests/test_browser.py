@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+import psutil
 import pytest
 from jupyter_client import BlockingKernelClient
 
@@ -92,9 +94,16 @@ def start_session_kernel(lab: Lab, notebook: str) -> BlockingKernelClient:
     with urllib.request.urlopen(request, timeout=30) as response:
         kernel_id = json.loads(response.read())["kernel"]["id"]
     connection = lab.runtime / f"kernel-{kernel_id}.json"
-    deadline = time.monotonic() + 30
-    while not connection.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    deadline = time.monotonic() + 60
+    # Connect once the server saw the kernel answer (before, the heartbeat may not answer yet).
+    while time.monotonic() < deadline:
+        state = urllib.request.Request(
+            f"{lab.url}api/kernels/{kernel_id}", headers={"Authorization": f"token {lab.token}"}
+        )
+        with urllib.request.urlopen(state, timeout=30) as response:
+            if json.loads(response.read())["execution_state"] not in {"starting", "unknown"}:
+                break
+        time.sleep(0.2)
     client = BlockingKernelClient(connection_file=str(connection))
     client.load_connection_file()
     client.start_channels()
@@ -204,7 +213,12 @@ def test_sidebar_draws_gpu_cards_from_the_fake_source(tmp_path: Path) -> None:
         # Hidden panel: no polling.
         polls: list[str] = []
         page.on(
-            "request", lambda r: polls.append(r.url) if "trainmate/api/metrics" in r.url else None
+            "request",
+            lambda r: (
+                polls.append(r.url)
+                if re.search("trainmate/api/(metrics|gpu-processes)", r.url)
+                else None
+            ),
         )
         page.locator(PANEL_TAB).click()  # collapse the sidebar
         page.locator(".jp-TrainmatePanel").wait_for(state="hidden")
@@ -260,3 +274,124 @@ def test_quickstart_widget_updates_while_the_train_cell_runs(tmp_path: Path) -> 
         )
         assert "100% | epoch 10/10" in widget.inner_text()
         page.screenshot(path=str(SCREENSHOTS / "widget-finished.png"))
+
+
+SYSTEM_NOTIFICATIONS_SPY = """
+window.trainmateSystemNotifications = [];
+window.Notification = class {
+  static permission = 'granted';
+  static requestPermission() { return Promise.resolve('granted'); }
+  constructor(title, options) {
+    window.trainmateSystemNotifications.push({ title, body: options.body });
+  }
+};
+"""
+
+
+def _kernel_pid(client: BlockingKernelClient) -> int:
+    """The kernel's process, found by the connection file on its command line."""
+    name = Path(client.connection_file).name
+    for process in psutil.process_iter(["cmdline"]):
+        if any(name in part for part in process.info["cmdline"] or ()):
+            return int(process.pid)
+    raise AssertionError(f"no process runs {name}")
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_gpu_memory_by_notebook_and_a_toast_when_a_background_run_ends(tmp_path: Path) -> None:
+    """One lab for both: the GPU memory list (fake NVML processes of real kernels) and its
+    shut-down action; then a run of a notebook whose tab is in the background ends, a toast
+    says so, and its action brings the notebook back at the cell that ran."""
+    processes = tmp_path / "gpu-processes.json"
+    fake = [
+        {"name": "Fake H200", "memory_used_bytes": 20 * 2**30, "memory_total_bytes": 141 * 2**30}
+    ]
+    env = {"TRAINMATE_FAKE_GPUS": json.dumps(fake), "TRAINMATE_FAKE_GPU_PROCESSES": str(processes)}
+    # The lab's settings: system notifications on, and a threshold the run's --notify-after 0
+    # overrides.
+    settings = tmp_path / "settings" / "jupyter-trainmate" / "notifications.jupyterlab-settings"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"systemNotifications": True, "threshold": 3600}))
+    with running_lab(tmp_path, env=env) as lab, browser_page() as page:
+        # Headless Chromium shows no system notifications: record what the page asks for.
+        page.add_init_script(SYSTEM_NOTIFICATIONS_SPY)
+        train_nb = nbformat.v4.new_notebook()
+        train_nb.cells = [
+            nbformat.v4.new_code_cell(SETUP),
+            nbformat.v4.new_code_cell(TRAIN.replace("%%train", "%%train --notify-after 0")),
+        ]
+        nbformat.write(train_nb, lab.root / "train_demo.ipynb")
+        nbformat.write(nbformat.v4.new_notebook(), lab.root / "forgotten.ipynb")
+        (lab.root / "notes.txt").write_text("while it trains\n")
+        trainer = start_session_kernel(lab, "train_demo.ipynb")
+        forgotten = start_session_kernel(lab, "forgotten.ipynb")
+        try:
+            forgotten_pid = _kernel_pid(forgotten)
+            processes.write_text(json.dumps([
+                {"gpu": 0, "pid": forgotten_pid, "used_bytes": 12 * 2**30},
+                {"gpu": 0, "pid": _kernel_pid(trainer), "used_bytes": 3 * 2**30},
+                {"gpu": 0, "pid": os.getpid(), "used_bytes": 1 * 2**30},  # no kernel: this test
+            ]))  # fmt: skip
+            # The training notebook is open in the lab, then another tab comes in front of it.
+            page.goto(lab.lab_url("lab/tree/train_demo.ipynb"), wait_until="domcontentloaded")
+            page.locator(".jp-Notebook .jp-Cell").nth(1).wait_for(timeout=60_000)
+            page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=60_000)
+            page.locator(PANEL_TAB).click()
+            holders = page.locator(".jp-TrainmatePanel-holder")
+            holders.nth(1).wait_for(timeout=20_000)
+            rows = holders.all_inner_texts()
+            assert rows[0].startswith("forgotten.ipynb\n12.0 GiB · idle for")  # most memory first
+            assert rows[1].startswith("train_demo.ipynb\n3.0 GiB · idle")
+            other = page.locator(".jp-TrainmatePanel-other").inner_text()
+            assert other.startswith(f"pid {os.getpid()} · GPU 0 · 1.0 GiB · ")
+            assert "pytest" in other
+            page.locator(".jp-DirListing-item", has_text="notes.txt").dblclick()
+            page.locator(".jp-FileEditor").wait_for(timeout=20_000)
+            assert not page.locator(".jp-NotebookPanel").is_visible()  # in the background
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / "sidebar-gpu-memory.png"))
+
+            # The run of the background notebook, sent as JupyterLab sends a cell (its id).
+            reply = trainer.execute_interactive(SETUP, timeout=120)
+            assert reply["content"]["status"] == "ok"
+            cell_id = train_nb.cells[1].id
+            content = {"code": train_nb.cells[1].source, "silent": False, "store_history": True,
+                       "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}  # fmt: skip
+            request = trainer.session.msg("execute_request", content, metadata={"cellId": cell_id})
+            trainer.shell_channel.send(request)
+
+            # Meanwhile: shut down the forgotten kernel from the sidebar, after the confirmation.
+            holders.first.locator("[data-action=shutdown]").click()
+            dialog = page.locator(".jp-Dialog")
+            dialog.wait_for(timeout=10_000)
+            assert "Shut down the kernel of forgotten.ipynb?" in dialog.inner_text()
+            assert "12.0 GiB of GPU memory freed" in dialog.inner_text()
+            dialog.locator(".jp-mod-accept").click()
+            deadline = time.monotonic() + 30
+            while psutil.pid_exists(forgotten_pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not psutil.pid_exists(forgotten_pid)
+            page.wait_for_function(
+                "() => document.querySelectorAll('.jp-TrainmatePanel-holder').length === 1",
+                timeout=20_000,
+            )
+            assert holders.first.inner_text().startswith("train_demo.ipynb")
+
+            # The run ends: a toast with the notebook, outcome, duration and final loss.
+            toast = page.get_by_text("train_demo.ipynb: %%train finished after")
+            toast.wait_for(timeout=120_000)
+            assert re.search(r"finished after \d+s · loss \d\.\d{3}", toast.inner_text())
+            assert page.evaluate("window.trainmateSystemNotifications") == [
+                {"title": "%%train finished", "body": toast.inner_text().strip()}
+            ]
+            page.wait_for_timeout(1000)  # the toast has slid in
+            page.screenshot(path=str(SCREENSHOTS / "toast-run-ended.png"))
+            assert not page.locator(".jp-NotebookPanel").is_visible()
+            page.get_by_role("button", name="Open notebook").click()
+            active = page.locator(".jp-NotebookPanel:visible .jp-Cell.jp-mod-active")
+            active.wait_for(timeout=20_000)
+            assert "%%train --notify-after 0" in active.inner_text()  # at the cell that ran
+        finally:
+            trainer.stop_channels()
+            forgotten.stop_channels()

@@ -5,6 +5,7 @@ Exports are shared per module (each takes seconds); tests assert facts, never ti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Iterator
@@ -163,6 +164,24 @@ def test_dict_input_and_tuple_output_are_named_from_the_signature(folder: Path) 
     assert {r.output for r in report.parity} == {"output_0", "output_1"}
     assert "random (batch 8)" in _sizes(report)
 
+    # I/O binding (the bench's onnxruntime path): two inputs, two outputs, the plain run's values
+    from jupyter_trainmate.deploy.binding import Bound
+    from jupyter_trainmate.deploy.inputs import make_example
+    from jupyter_trainmate.deploy.parity import feeds, session
+
+    sess = session(folder / "dict.onnx")
+    generator = torch.Generator().manual_seed(3)
+    for size in (1, 5):
+        fed = feeds(sess, make_example(DictToTuple(), example).with_batch(size, generator))
+        bound = Bound(sess, fed)
+        bound.run()
+        plain = sess.run(None, fed)
+        got = bound.outputs()
+        assert list(got) == ["output_0", "output_1"]
+        for name, value in zip(got, plain, strict=True):
+            assert got[name].shape == value.shape == ((size, 3) if name == "output_0" else (size,))
+            np.testing.assert_array_equal(got[name], value)
+
 
 def test_lstm_passes_parity_at_every_batch_size(folder: Path) -> None:
     report = jupyter_trainmate.export(Recurrent(), torch.randn(2, 6, 5), folder / "lstm.onnx")
@@ -292,6 +311,28 @@ def test_cli_exports_a_train_checkpoint_of_a_refactored_package(
     with torch.no_grad():  # the trained weights, not a fresh model's
         np.testing.assert_allclose(got, trained.eval()(x).numpy(), rtol=1e-4, atol=1e-5)
 
+    # recorded with the run that wrote the checkpoint (package/runs/, the working directory)
+    from jupyter_trainmate.runtime.records import read_records
+    from refactor.manifest import check
+
+    run_record, exported = read_records(package / "runs", None)
+    assert exported["kind"] == "export"
+    assert exported["run"] == run_record["id"]
+    assert exported["checkpoint"] == str(checkpoint)
+    card = (package / "MODEL_CARD.md").read_text()
+    assert card.startswith("# Model card")  # the refactor's card, its export section added
+    assert "## Export (ONNX)\n\n`net.onnx`, exported on " in card
+    assert card.rstrip().endswith("<!-- trainmate:export:end -->")
+    check(tmp_path / "deploytiny.ipynb", package, force=True)  # still the refactor's own file
+    # a new refactor replaces the card and writes the section itself from the notebook's records
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "runs.jsonl").write_text((package / "runs" / "runs.jsonl").read_text())
+    notebook = str(tmp_path / "deploytiny.ipynb")
+    assert main(["refactor", notebook, "-o", str(package), "--force", "--no-docs"]) == 0
+    again = (package / "MODEL_CARD.md").read_text()
+    assert again.count("## Export (ONNX)\n\n`net.onnx`, exported on ") == 1
+    assert "The notebook's recorded `%%train` runs" in again  # the run, not the export line
+
     assert main(["export", str(checkpoint), "--example", "2,4"]) == 2
     assert "add --model PKG.module:builder" in capsys.readouterr().err
     assert (
@@ -336,6 +377,8 @@ def test_bench_table_has_eager_compile_and_onnxruntime_rows() -> None:
         else:
             assert row.recompiles is None
             assert row.compile_s is None
+        if row.backend == "onnxruntime":
+            assert row.note == "CPU provider, I/O binding"
     first_compile = next(r for r in measured if r.backend == "compile")
     assert first_compile.compile_s is not None
     assert first_compile.compile_s > 0
@@ -377,8 +420,9 @@ def test_magic_bench_on_notebook_objects(
 ) -> None:
     ip.user_ns.update(net=mlp(), xb=torch.randn(2, 64))
     options = "--backends eager --precision fp32 --batch-sizes 1,2 --min-run-time 0.01"
-    ip.run_line_magic("trainmate", f"bench net xb {options} --format markdown")
+    ip.run_line_magic("trainmate", f"bench net xb {options} --clock cpu --format markdown")
     out = capsys.readouterr().out
+    assert "1 thread(s), min run time 0.01 s per row in 5 interleaved round(s), CPU time" in out
     assert "| eager | fp32 | 1 |" in out
     assert "| eager | fp32 | 2 |" in out
     assert "- batch 2: fastest is eager fp32" in out
@@ -424,6 +468,16 @@ def test_bench_html_has_the_table_and_a_latency_chart() -> None:
     assert "skipped: this CPU has no bf16 instructions" in page
     assert page.count("<polyline") == 2  # eager fp32 and onnxruntime fp32 against batch size
     assert "batch size" in page
+    assert "Warning" not in page
+
+    from jupyter_trainmate.deploy.measure import busy_note
+
+    assert busy_note("wall", 1.5, 2) == ""
+    assert busy_note("cpu", 7.5, 2) == ""  # the CPU clock leaves the others' share out
+    busy = BenchReport(rows, "CPU", 1, "peak RSS", 0.1, {}, busy=busy_note("wall", 7.5, 2))
+    warning = "Warning: the machine was busy (load average 7.5 on 2 cores): wall-clock times"
+    assert warning in busy.to_markdown()
+    assert warning in busy.to_html()
 
 
 class BakedBatch(nn.Module):
@@ -443,3 +497,155 @@ def test_a_batch_axis_the_export_fixed_fails_parity_and_says_why(tmp_path: Path)
     assert failed["random (batch 3)"].startswith("onnxruntime fails on inputs of batch size 3")
     assert "FAILED" in report.to_text()
     assert (tmp_path / "baked.onnx").is_file()  # written: the report is the user's to read
+
+
+TRAIN_LOOP = """
+for epoch in range(1):
+    for xb, yb in loader:
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        opt.step()
+"""
+
+
+def test_notebook_export_and_bench_are_recorded_with_the_run_that_trained_the_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jupyter_trainmate.report import build_report
+    from jupyter_trainmate.report.markdown import render_markdown
+    from jupyter_trainmate.runs_table import text_table
+    from jupyter_trainmate.runtime.records import read_records
+
+    from .train_harness import COMMON, run
+
+    quick = "--backends eager --precision fp32 --batch-sizes 1 --min-run-time 0.01"
+    ip = run([COMMON], None)
+    ip.run_line_magic("trainmate", f"bench model x[:2] {quick} --format json")
+    assert not (tmp_path / "runs").exists()  # no %%train run yet: nothing to attach to
+    ip.run_cell(f"%%train --display off\n{TRAIN_LOOP}").raise_error()
+    ip.run_line_magic("trainmate", "export model x[:2] -o model.onnx --format json")
+    ip.run_line_magic("trainmate", f"bench model x[:2] {quick} --format json")
+    # the exported file, from a shell: the run its export was recorded with
+    onnx = ["bench", "model.onnx", "--example", "2,8", "--batch-sizes", "1", "--precision", "fp32"]
+    assert main([*onnx, "--min-run-time", "0.01"]) == 0
+    assert "trainmate bench: recorded in " in capsys.readouterr().err
+
+    (trained,) = read_records(tmp_path / "runs")  # readers of runs see only the run
+    lines = read_records(tmp_path / "runs", None)
+    assert [line.get("kind") for line in lines] == [None, "export", "bench", "bench"]
+    assert all(line["run"] == trained["id"] for line in lines[1:])
+    assert lines[1]["export"]["path"] == "model.onnx"
+    assert lines[1]["model"] == str(tmp_path / "model.onnx")
+    assert lines[2]["bench"]["rows"][0]["backend"] == "eager"
+    assert lines[3]["model"] == str(tmp_path / "model.onnx")
+    assert lines[3]["bench"]["rows"][0]["backend"] == "onnxruntime"
+    assert len(text_table(read_records(tmp_path / "runs")).splitlines()) == 2  # header + 1 run
+
+    report = build_report(tmp_path / "runs")
+    assert len(report.runs.rows) == 1
+    assert report.deploy is not None
+    rows = report.deploy.rows
+    assert [(r[0], r[2], r[3]) for r in rows] == [
+        ("#1", "export", "model.onnx"),
+        ("#1", "bench", "-"),
+        ("#1", "bench", "model.onnx"),
+    ]
+    assert rows[0][4].startswith("parity ok; ")
+    assert rows[1][4].startswith("batch 1: fastest is eager fp32")
+    text, _ = render_markdown(report, "report")
+    assert "## Exports and benchmarks" in text
+
+    jupyter_trainmate.export(ip.user_ns["model"], torch.randn(2, 8), "again.onnx", record=False)
+    assert len(read_records(tmp_path / "runs", None)) == 4
+
+
+def test_the_cards_export_section_is_replaced_in_place_and_the_users_text_kept(
+    mlp_report: ExportReport, tmp_path: Path
+) -> None:
+    import hashlib
+
+    from jupyter_trainmate.deploy.card import END, START, update_card
+
+    card = tmp_path / "MODEL_CARD.md"
+    card.write_text("# Model card\n\n## Metrics\n\nmine\n")
+    manifest = tmp_path / ".trainmate-refactor.json"
+    digest = hashlib.sha256(card.read_bytes()).hexdigest()
+    manifest.write_text(json.dumps({"files": {"MODEL_CARD.md": digest}, "notebook": {}}))
+    data = json.loads(mlp_report.to_json())
+
+    update_card(card, data, "on 2026-12-01")
+    first = card.read_text()
+    assert first.startswith("# Model card\n\n## Metrics\n\nmine\n\n" + START)
+    assert "`mlp.onnx`, exported on 2026-12-01 by `trainmate export` with the dynamo" in first
+    assert (
+        "**ok** on example (batch 2), random (batch 1), random (batch 3), random (batch 8)" in first
+    )
+    assert "- int8 (dynamic, MatMul/Gemm): `mlp.int8.onnx`" in first
+    kept = json.loads(manifest.read_text())["files"]["MODEL_CARD.md"]
+    assert kept == hashlib.sha256(card.read_bytes()).hexdigest()  # still the refactor's own
+
+    card.write_text(first.replace("mine", "mine, edited") + "\n## Notes\n\nafter\n")
+    update_card(card, {**data, "opset": 99}, "on 2026-12-02")
+    second = card.read_text()
+    assert second.count(START) == 1
+    assert second.count(END) == 1
+    assert "ONNX opset 99" in second
+    assert "2026-12-01" not in second
+    assert "mine, edited" in second
+    assert second.endswith("## Notes\n\nafter\n")
+    assert json.loads(manifest.read_text())["files"]["MODEL_CARD.md"] == kept  # the user's now
+
+    card.write_text(f"# Card\n{START}\nhalf\n")
+    with pytest.raises(TrainmateError, match="one export marker without the other"):
+        update_card(card, data)
+    assert card.read_text() == f"# Card\n{START}\nhalf\n"
+
+
+class _Row:
+    """A row for `measure_rounds`: its context logs when it is timed."""
+
+    def __init__(self, number: int, log: list[int], work: int = 0, sleep: float = 0.0) -> None:
+        self.batch = 1
+        self.number = number
+        self.log = log
+        self.work = work
+        self.sleep = sleep
+
+    def call(self) -> None:
+        sum(range(self.work))
+        if self.sleep:
+            import time
+
+            time.sleep(self.sleep)
+
+    def context(self) -> contextlib.AbstractContextManager[None]:
+        self.log.append(self.number)
+        return contextlib.nullcontext()
+
+
+def test_rows_are_timed_interleaved_in_rotating_rounds() -> None:
+    from jupyter_trainmate.deploy.measure import MIN_BLOCKS, measure_rounds
+
+    log: list[int] = []
+    rows = [_Row(i, log) for i in range(3)]
+    results = measure_rounds(rows, 0.003, 3, 1, "wall", None)
+    assert log[:9] == [0, 1, 2, 1, 2, 0, 2, 0, 1]
+    assert all(timing.blocks >= MIN_BLOCKS for timing, _ in results)
+    assert all(peak is None for _, peak in results)
+
+
+def test_the_cpu_clock_leaves_out_time_off_the_core() -> None:
+    from jupyter_trainmate.deploy.measure import measure_rounds
+
+    # A 5 ms sleep takes no CPU time; the work beside it takes well under 1 ms of it on any machine
+    # (CI once ran 20,000 additions 30% slower under the wall clock than under the CPU clock, so the
+    # margin is the sleep's, not the work's).
+    row = _Row(0, [], work=2_000, sleep=0.005)
+    ((wall, _),) = measure_rounds([row], 0.05, 1, 1, "wall", None)
+    ((cpu, _),) = measure_rounds([row], 0.05, 1, 1, "cpu", None)
+    assert wall.p50_ms >= 5.0
+    assert cpu.p50_ms < 2.5
+    with pytest.raises(TrainmateError, match="needs 1 thread, not 2"):
+        jupyter_trainmate.bench(mlp(), torch.randn(1, 64), clock="cpu", threads=2)
+    with pytest.raises(TrainmateError, match="unknown clock 'gpu'"):
+        jupyter_trainmate.bench(mlp(), torch.randn(1, 64), clock="gpu")

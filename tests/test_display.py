@@ -139,7 +139,7 @@ def test_text_view_is_quiet_for_short_runs_then_prints_one_line() -> None:
     state.observe(progress(10), None)
     view.update(state.snapshot(amp="off", loss_scale=None, skipped_steps=0))
     assert out.getvalue() == ""
-    view._started -= view.interval
+    view.started -= view.interval
     view.update(state.snapshot(amp="off", loss_scale=None, skipped_steps=0))
     (line,) = out.getvalue().splitlines()
     assert line.startswith("[%%train loader] 2% | epoch 1/4 | step 10/100")

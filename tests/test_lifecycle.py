@@ -366,7 +366,7 @@ def test_out_of_memory_is_retried_as_micro_batches_equal_to_accumulation() -> No
     small = COMMON.replace("batch_size=32", "batch_size=16")
     assert small != COMMON
     expected = weights(run([small, OOM_LOOP], "--accumulate 2 --display off"))
-    ip = run([COMMON + "\nLIMIT = 16\n" + OOM_HOOK, OOM_LOOP], "--display off")
+    ip = run([COMMON + "\nLIMIT = 16\n" + OOM_HOOK, OOM_LOOP], "--oom-retry on --display off")
     assert ip.user_ns["failures"] == [32]  # one failed attempt: the split is kept afterwards
     got = weights(ip)
     differing = [k for k in expected if not torch.equal(expected[k], got[k])]
@@ -393,14 +393,14 @@ def fail_once_after_activations(module, inputs, output):
         alive_at_retry.append(held[0]() is not None)
 model[3].register_forward_hook(fail_once_after_activations)
 """
-    ip = run([COMMON + hook, OOM_LOOP], "--display off")
+    ip = run([COMMON + hook, OOM_LOOP], "--oom-retry on --display off")
     assert ip.user_ns["alive_at_retry"] == [False]
     assert "loss" in ip.user_ns  # assigned again by the retry
 
 
 def test_out_of_memory_at_one_sample_is_a_clear_error() -> None:
     with pytest.raises(UsageError, match="out of memory at step 1 even with micro-batches of 1"):
-        run([COMMON + "\nLIMIT = 0\n" + OOM_HOOK, OOM_LOOP], "--display off")
+        run([COMMON + "\nLIMIT = 0\n" + OOM_HOOK, OOM_LOOP], "--oom-retry on --display off")
     summary = last_run()
     assert summary is not None
     assert summary.outcome == "failed"
@@ -418,7 +418,7 @@ model[0].register_forward_pre_hook(fail_on_the_second_batch)
 """
     ip = fresh_shell()
     ip.run_cell(COMMON + hook).raise_error()
-    result = ip.run_cell(f"%%train --accumulate 2 --display off\n{OOM_LOOP}")
+    result = ip.run_cell(f"%%train --accumulate 2 --oom-retry on --display off\n{OOM_LOOP}")
     assert isinstance(result.error_in_exec, torch.OutOfMemoryError)
     summary = last_run()
     assert summary is not None

@@ -58,8 +58,14 @@ def test_choices_are_checked_from_their_literal_type(spec: object) -> None:
     from jupyter_trainmate.runtime.options import OptionSpec
 
     assert isinstance(spec, OptionSpec)
+    needs = {
+        "backend": "--procs 2",
+        "sampler": "--sweep 2 --monitor val",
+        "prune": "--sweep 2 --monitor val",
+    }
     for choice in spec.choices:
-        assert getattr(parse_options(f"{spec.flag} {choice}"), spec.name) == choice
+        line = f"{needs.get(spec.name, '')} {spec.flag} {choice}"
+        assert getattr(parse_options(line), spec.name) == choice
     with pytest.raises(TrainmateError, match=f"{spec.flag} nope: choose one of"):
         parse_options(f"{spec.flag} nope")
 
@@ -85,6 +91,12 @@ def test_train_function_parses_the_same_way() -> None:
 
     with pytest.raises(TrainmateError, match="--amp fp9: choose one of"):
         jupyter_trainmate.train(fit, "--amp fp9")
+    # what only a cell can do is refused in one line, never run silently in one process
+    with pytest.raises(TrainmateError, match=r"train\(\): --procs runs from a %%train cell"):
+        jupyter_trainmate.train(fit, "--procs 2")
+    # a sweep of a function with no suggest() has nothing to search: refused before any trial
+    with pytest.raises(TrainmateError, match=r"--sweep 3: nothing to search"):
+        jupyter_trainmate.train(fit, "--sweep 3 --monitor val_loss")
 
 
 def test_magic_help_prints_the_table_and_runs_nothing(capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,3 +110,18 @@ def test_magic_help_prints_the_table_and_runs_nothing(capsys: pytest.CaptureFixt
             ip.run_cell_magic("train", "--mode up", "pass\n")
     finally:
         InteractiveShell.clear_instance()
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        # a restart in one rank would leave the others in their collectives
+        ("--procs 2 --checkpoint c --retries 1", "--procs and --retries together"),
+        # a NaN in one rank's loss: that rank alone would skip its backward (and all-reduce)
+        ("--procs 2 --on-nan skip", "--procs and --on-nan skip together"),
+        ("--procs gpus --on-nan rollback", "--procs and --on-nan rollback together"),
+    ],
+)
+def test_options_that_do_not_go_together_are_one_line_errors(line: str, error: str) -> None:
+    with pytest.raises(TrainmateError, match=re.escape(error)):
+        parse_options(line)

@@ -37,6 +37,8 @@ def test_a_finished_run_is_recorded_with_what_it_could_see(
         ["git", "rev-parse", "HEAD"], cwd=notebook_dir, capture_output=True, text=True
     ).stdout.strip()
     monkeypatch.setenv("JPY_SESSION_NAME", str(notebook_dir / "train.ipynb"))
+    # the display thread never wakes in this run: the curve's points come from the epochs' ends
+    monkeypatch.setattr("jupyter_trainmate.display.live.REFRESH_S", 3600.0)
     run([COMMON + "\nimport jupyter_trainmate\n", LOOP], "--display off")
     (record,) = read_records(notebook_dir / "runs")
     assert record["outcome"] == "finished"
@@ -52,6 +54,8 @@ def test_a_finished_run_is_recorded_with_what_it_could_see(
     assert hyper["trained_parameters"] == 8 * 16 + 16 + 16 * 2 + 2
     assert record["metrics"] == {"val_loss": pytest.approx(0.4)}
     assert record["summary"]["steps"] == 16
+    assert [step for step, _ in record["curves"]["loss"]] == [8, 16]  # one reading per epoch
+    assert [step for step, _ in record["curves"]["val_loss"]] == [8, 16]
 
 
 def test_failed_and_interrupted_runs_are_recorded_too(tmp_path: Path) -> None:

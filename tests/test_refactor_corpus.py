@@ -138,3 +138,22 @@ def test_names_no_star_import_defines_are_the_notebooks_own(corpus: ModuleType) 
     # a star import from a module that does not import here (the notebook's helper): unknown
     helper = "from my_course_helpers import *\nprint(Bernoulli(1))\n"
     assert corpus.undefined_despite_star(helper, corpus.ruff_gate_text(helper)) == set()
+
+
+def test_extra_path_reaches_the_imports_not_the_refactor(
+    corpus: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--extra-path DIR`: the package's imports (and tests) find third-party packages in DIR; a
+    module that needs one is "missing" without it."""
+    extra = tmp_path / "extra"
+    (extra / "thirdparty_xyz").mkdir(parents=True)
+    (extra / "thirdparty_xyz" / "__init__.py").write_text("VALUE = 3\n")
+    package = tmp_path / "out" / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "uses.py").write_text("from thirdparty_xyz import VALUE\n")
+    without = corpus.import_modules(["pkg.uses"], package, 60)
+    assert (without[0].status, without[0].detail) == ("missing", "thirdparty_xyz")
+    monkeypatch.setattr(corpus, "EXTRA_PATH", [str(extra)])
+    assert corpus.import_modules(["pkg.uses"], package, 60)[0].status == "ok"
+    assert str(extra) in corpus.child_env(package.parent)["PYTHONPATH"].split(":")

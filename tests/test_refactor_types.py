@@ -338,7 +338,7 @@ def test_only_the_function_whose_own_code_fails_mypy_gets_no_type_check(tmp_path
         "import torch",
         """
         def halves(xs):
-            total = 0
+            total: int = 0  # declared: not a name rebound to a new type (allow_redefinition)
             for x in xs:
                 total += x * 0.5
             return total
@@ -420,3 +420,52 @@ def test_a_model_taking_lengths_gets_a_generated_test_that_passes(tmp_path: Path
         assert re.search(r"\b(\d+) passed", ran.stdout)
         assert "failed" not in ran.stdout
         assert "skipped" not in ran.stdout
+
+
+def test_a_value_of_unknown_type_used_as_a_tensor_is_a_tensor() -> None:
+    out = typed(
+        model="""
+        import torch
+        from somewhere import load
+
+        def first(x):
+            return x
+
+        def flat(x):
+            return x
+
+        def labels(y):
+            return y
+
+        def as_array(a):
+            return a
+
+        def reshaped(r):
+            return r
+
+        def run():
+            data = load()
+            first(data.unsqueeze(0))
+            flat(data.view(-1, 16))
+            labels(data.long())
+            as_array(data.numpy())
+            reshaped(data.reshape(4, 4))  # numpy arrays too: not a tensor for sure
+            reshaped(data.view(torch.float16))
+        """
+    )["model"]
+    assert "def first(x: torch.Tensor) -> torch.Tensor:" in out
+    assert "def flat(x: torch.Tensor) -> torch.Tensor:" in out
+    assert "def labels(y: torch.Tensor) -> torch.Tensor:" in out
+    assert "def as_array(a: ndarray) -> ndarray:" in out  # numpy is not imported: by name
+    assert "def reshaped(r):" in out
+
+
+def test_tensors_of_an_untyped_data_set_are_typed_in_the_package(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = trainmate("refactor", NOTEBOOKS / "types_untyped_data.ipynb", "-o", out, "--no-docs")
+    assert proc.returncode == 0, proc.stderr
+    code = "\n".join(p.read_text() for p in (out / "types_untyped_data").glob("*.py"))
+    assert re.search(r"def fit\(x: (torch\.)?Tensor, y: (torch\.)?Tensor, epochs: int = 2\)", code)
+    assert re.search(r"def peek\(image: (torch\.)?Tensor\)", code)
+    report = (out / "REFACTOR_REPORT.md").read_text()
+    assert "mypy on the package: clean." in report

@@ -37,8 +37,9 @@ def test_every_module_with_global_state_is_reset() -> None:
         if any(isinstance(node, ast.Global) for node in ast.walk(tree)):
             parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
             stateful.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    stateful.add("jupyter_trainmate.rewrite")  # its cache is a mutated dict, not a rebound name
-    stateful.discard("jupyter_trainmate.monitor.nvml")  # one NVML handle per process: no results
+    # caches that are mutated dicts, not rebound names: the rewrites, the sweeps' kept journals
+    stateful |= {"jupyter_trainmate.rewrite", "jupyter_trainmate.sweep.storage"}
+    stateful -= set(_state.KEPT)  # kept for the process's life on purpose (`_state.KEPT`)
     assert stateful == set(_state.STATEFUL)
     for name in stateful:
         assert callable(importlib.import_module(name).reset)

@@ -46,6 +46,8 @@ def test_wheel_contents(wheel: Path) -> None:
     assert f"{lab}/package.json" in names
     assert f"{lab}/install.json" in names
     assert f"{lab}/static/style.js" in names
+    assert f"{lab}/schemas/jupyter-trainmate/sidebar.json" in names  # the settings schemas
+    assert f"{lab}/schemas/jupyter-trainmate/notifications.json" in names
     assert any(re.fullmatch(rf"{lab}/static/remoteEntry\.[0-9a-f]+\.js", n) for n in names)
     assert f"{data}/etc/jupyter/jupyter_server_config.d/jupyter_trainmate.json" in names
     assert "jupyter_trainmate/py.typed" in names

@@ -22,6 +22,17 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 loss_fn = nn.CrossEntropyLoss()
 """
 
+# A GPU that cannot hold more than 16 samples, on the CPU: a forward hook raises the error CUDA
+# raises for bigger batches (the retry point splits them in micro-batches of 16).
+REFUSE_BIG_BATCHES = """
+failures = []
+def refuse(module, inputs):
+    if inputs[0].shape[0] > 16:
+        failures.append(inputs[0].shape[0])
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+model[0].register_forward_pre_hook(refuse)
+"""
+
 
 def fresh_shell() -> InteractiveShell:
     InteractiveShell.clear_instance()
@@ -63,3 +74,14 @@ def assert_parity(cells: list[str], line: str = "") -> tuple[RunSummary, Interac
     assert summary is not None
     assert summary.outcome == "finished"
     return summary, ip
+
+
+def assert_retried_as_micro_batches(ip: InteractiveShell) -> None:
+    """A run over REFUSE_BIG_BATCHES: its one failed batch of 32 was redone as 2 micro-batches
+    of 16 and the split kept (one failure, 16 optimizer steps in 2 epochs of 8 batches)."""
+    assert ip.user_ns["failures"] == [32]
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "finished"
+    assert summary.optimizer_steps == 16
+    assert any("the batch of 32 now runs as 2 micro-batches of 16" in e for e in summary.events)

@@ -37,9 +37,11 @@ class BenchRow:
 class BenchReport:
     """Inference latency and throughput per backend, precision and batch size.
 
-    Measured like `torch.utils.benchmark` (warm-up, `Timer.blocked_autorange`, eval mode and
-    `torch.inference_mode`); percentiles are over the timed blocks (`timed_calls / blocks`
-    calls each). Shows as a table in a notebook; `to_markdown()`, `to_text()`, `to_json()`.
+    Measured like `torch.utils.benchmark` (warm-up, `Timer` blocks of calls, eval mode and
+    `torch.inference_mode`), the rows interleaved in `rounds` rounds; p50 is the median of the
+    rounds' medians, p95/p99 are over the timed blocks (`timed_calls / blocks` calls each).
+    `clock` "wall" is latency as a caller waits it; "cpu" is the calling thread's CPU time on
+    one thread (steadier on a busy machine; it leaves out waiting for a core). Shows as a table in a notebook; `to_markdown()`, `to_text()`, `to_json()`.
     """
 
     rows: tuple[BenchRow, ...]
@@ -48,6 +50,9 @@ class BenchReport:
     memory: str  # what peak memory measures
     min_run_time: float
     versions: dict[str, str]
+    clock: str = "wall"  # or "cpu": the calling thread's CPU time, one thread
+    rounds: int = 1  # the rows were timed interleaved, in this many rounds
+    busy: str = ""  # a warning: the wall clock on a machine busier than its cores
 
     def verdicts(self) -> list[str]:
         """One line per batch size: the fastest configuration at p50 and its lead over eager fp32."""
@@ -108,20 +113,28 @@ class BenchReport:
         )
         head = "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in header) + "</tr>"
         verdicts = "".join(f"<li>{html.escape(v)}</li>" for v in self.verdicts())
+        warning = f"<p>Warning: {html.escape(self.busy)}</p>" if self.busy else ""
         return (
-            f"<p><b>{html.escape(lines[0])}</b></p><table>{head}{body}</table>"
+            f"<p><b>{html.escape(lines[0])}</b></p>{warning}<table>{head}{body}</table>"
             f"{self.plot_svg()}<ul>{verdicts}</ul>"
         )
 
     def _lines(self, markdown: bool) -> list[str]:
         header = HEADER
         body = [_cells(r) for r in self.rows]
+        clock = (
+            "CPU time of the calling thread (time the OS gave the core to others left out)"
+            if self.clock == "cpu"
+            else "wall clock"
+        )
         title = (
             f"Inference benchmark on {self.device}, {self.threads} thread(s), "
-            f"min run time {self.min_run_time:g} s per row; peak memory: {self.memory}"
+            f"min run time {self.min_run_time:g} s per row in {self.rounds} interleaved "
+            f"round(s), {clock}; peak memory: {self.memory}"
         )
         return [
             f"**{title}**" if markdown else title,
+            *(["", f"Warning: {self.busy}"] if self.busy else []),
             "",
             *table(header, body, markdown),
             "",

@@ -190,3 +190,44 @@ def _evaluate(expression: str, namespace: dict[str, Any], what: str) -> Any:
         return eval(expression, namespace)  # the user's own kernel, as %timeit does
     except Exception as exc:
         raise TrainmateError(f"{what} {expression}: {type(exc).__name__}: {exc}") from None
+
+
+def remember(kind: str, report: Any, args: argparse.Namespace) -> None:
+    """Record the report with the run that made the model and, for an export of a refactored
+    package's checkpoint, in the package's `MODEL_CARD.md` (see `attach.py`, `card.py`)."""
+    from ..runtime.notebook import notebook_path
+    from .attach import EXPORT, attach
+
+    namespace = getattr(args, "user_ns", None)
+    checkpoint = Path(args.source) if args.builder else None
+    exported = onnx_file(args) if kind != EXPORT else None
+    attached = attach(
+        kind,
+        report,
+        notebook=notebook_path(namespace or {}),
+        checkpoint=checkpoint,
+        onnx_file=exported,
+    )
+    if attached is not None and args.format == "table":
+        print(f"trainmate {kind}: {attached.describe()}", file=sys.stderr)
+    if kind == EXPORT and args.builder:
+        import json
+
+        from .card import package_card, update_card
+
+        card = package_card(args.builder)
+        if card is None:
+            return
+        try:
+            update_card(card, json.loads(report.to_json()), _today())
+        except (OSError, UnicodeDecodeError, TrainmateError) as exc:
+            print(f"trainmate export: {card} not updated: {exc}", file=sys.stderr)
+            return
+        if args.format == "table":
+            print(f"trainmate export: updated the export section of {card}", file=sys.stderr)
+
+
+def _today() -> str:
+    import time
+
+    return time.strftime("on %Y-%m-%d")

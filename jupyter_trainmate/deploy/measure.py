@@ -1,9 +1,16 @@
 """How `bench()` measures: the timer, peak memory, precision support, the machine it states.
 
-`measure_calls` runs `torch.utils.benchmark.Timer.blocked_autorange` (blocks of calls until
-`min_run_time` is spent; the Timer synchronises CUDA) and tops it up to `MIN_BLOCKS` blocks so
-that the percentiles have something to stand on. Peak memory is the CUDA allocator's peak on a
-GPU and the process's RSS high-water mark on a CPU.
+`measure_rounds` times every row of a bench in rounds: each round gives each row a share of its
+`min_run_time` (`torch.utils.benchmark.Timer.blocked_autorange` in the first round, which also
+fixes the calls per block, `timeit` blocks of that size after), the rows' order rotating from
+round to round. Another process's burst of work on a shared machine then lands on a slice of
+every row instead of on one whole row. p50 is the median of the rounds' medians, p95/p99 are over
+all the blocks (at least `MIN_BLOCKS`). The clock is the wall clock (what a caller waits), or with
+`clock="cpu"` the calling thread's CPU time (`time.thread_time`, one intra-op thread so that all
+the work is on that thread): it leaves out the time the OS gave the core to other processes,
+which is most of the noise on a busy machine, and keeps what cache and memory contention cost.
+The Timer synchronises CUDA. Peak memory is the CUDA allocator's peak on a GPU and the process's
+RSS high-water mark on a CPU, over the row's first round.
 """
 
 from __future__ import annotations
@@ -11,10 +18,11 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-from collections.abc import Callable
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 MIN_BLOCKS = 10
 
@@ -45,22 +53,88 @@ class Timing:
     blocks: int
 
 
-def measure_calls(
-    call: Callable[[], None], batch: int, min_run_time: float, threads: int
-) -> Timing:
-    """p50, p95, p99 (ms per call, over the blocks) and samples/s from `blocked_autorange`."""
+CLOCKS = ("wall", "cpu")
+
+
+class Timed(Protocol):
+    """A row ready to be timed: warm, `call` to be run inside `context()`."""
+
+    batch: int
+
+    def call(self) -> None: ...
+
+    def context(self) -> contextlib.AbstractContextManager[None]: ...
+
+
+def measure_rounds(
+    rows: Sequence[Timed],
+    min_run_time: float,
+    rounds: int,
+    threads: int,
+    clock: str,
+    memory: Memory | None,
+) -> list[tuple[Timing, float | None]]:
+    """Each row's timing and peak memory (MB, over its first round), timed in `rounds` rounds."""
     import numpy as np
     from torch.utils import benchmark
 
-    timer = benchmark.Timer(stmt="call()", globals={"call": call}, num_threads=threads)
-    measurement = timer.blocked_autorange(min_run_time=min_run_time)
-    per_block = measurement.number_per_run
-    blocks = list(measurement.times)
-    while len(blocks) < MIN_BLOCKS:  # percentiles need some blocks, however short the budget
-        blocks += timer.timeit(per_block).times
-    times = np.asarray(blocks) * 1e3
-    p50, p95, p99 = (float(np.percentile(times, q)) for q in (50, 95, 99))
-    return Timing(p50, p95, p99, batch / (p50 / 1e3), len(times) * per_block, len(times))
+    clock_fn = time.thread_time if clock == "cpu" else time.perf_counter
+    timers = [
+        benchmark.Timer(
+            stmt="call()", globals={"call": row.call}, num_threads=threads, timer=clock_fn
+        )
+        for row in rows
+    ]
+    numbers = [0] * len(rows)
+    blocks: list[list[float]] = [[] for _ in rows]
+    medians: list[list[float]] = [[] for _ in rows]
+    peaks: list[float | None] = [None] * len(rows)
+    share = min_run_time / rounds
+    for turn in range(rounds):
+        for i in _rotated(len(rows), turn):
+            timer = timers[i]
+            with rows[i].context():
+                if turn == 0:
+                    if memory is not None:
+                        memory.reset()
+                    measurement = timer.blocked_autorange(min_run_time=share)
+                    numbers[i] = measurement.number_per_run
+                    times = list(measurement.times)
+                    if memory is not None:
+                        peaks[i] = memory.peak_mb()
+                else:
+                    times = _blocks(timer, numbers[i], share)
+            blocks[i] += times
+            medians[i].append(float(np.median(times)))
+    results = []
+    for i, row in enumerate(rows):
+        while len(blocks[i]) < MIN_BLOCKS:  # percentiles need some blocks, however short
+            with rows[i].context():
+                blocks[i] += timers[i].timeit(numbers[i]).times
+        times_ms = np.asarray(blocks[i]) * 1e3
+        p50 = float(np.median(medians[i])) * 1e3
+        p95, p99 = (float(np.percentile(times_ms, q)) for q in (95, 99))
+        timing = Timing(
+            p50, p95, p99, row.batch / (p50 / 1e3), len(times_ms) * numbers[i], len(times_ms)
+        )
+        results.append((timing, peaks[i]))
+    return results
+
+
+def _rotated(n: int, turn: int) -> list[int]:
+    """The rows' order in round `turn`: rotated by one each round."""
+    return [(turn + k) % n for k in range(n)]
+
+
+def _blocks(timer: Any, number: int, seconds: float) -> list[float]:
+    """Blocks of `number` calls until `seconds` of the timer's clock are spent (at least one)."""
+    times: list[float] = []
+    spent = 0.0
+    while not times or spent < seconds:
+        per_call = timer.timeit(number).times[0]
+        times.append(per_call)
+        spent += per_call * number
+    return times
 
 
 class Memory:
@@ -125,3 +199,19 @@ def versions() -> dict[str, str]:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[package] = importlib.metadata.version(package)
     return found
+
+
+def busy_note(clock: str, load: float | None = None, cores: int | None = None) -> str:
+    """A warning for the table when the wall clock ran on a machine busier than its cores."""
+    if clock != "wall":
+        return ""
+    if load is None:
+        with contextlib.suppress(OSError, AttributeError):
+            load = os.getloadavg()[0]
+    cores = cores or os.cpu_count() or 1
+    if load is None or load <= cores:
+        return ""
+    return (
+        f"the machine was busy (load average {load:.1f} on {cores} cores): wall-clock times "
+        "vary from run to run here; clock cpu (--clock cpu) times the work of a call instead"
+    )

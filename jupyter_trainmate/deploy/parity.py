@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from torch import nn
 
 
-def session(path: Path, threads: int | None = None) -> onnxruntime.InferenceSession:
-    """An onnxruntime session on the CPU provider (quiet: errors only)."""
+def session(
+    path: Path, threads: int | None = None, providers: Sequence[Any] = ("CPUExecutionProvider",)
+) -> onnxruntime.InferenceSession:
+    """An onnxruntime session, by default on the CPU provider (quiet: errors only)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -31,7 +33,7 @@ def session(path: Path, threads: int | None = None) -> onnxruntime.InferenceSess
     if threads:
         options.intra_op_num_threads = threads
     try:
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(str(path), options, providers=list(providers))
     except Exception as exc:
         raise TrainmateError(f"onnxruntime cannot load {path}: {first_line(exc)}") from None
 

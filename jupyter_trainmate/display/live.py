@@ -11,6 +11,7 @@ summary line alone).
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import threading
 import time
@@ -78,15 +79,33 @@ class LiveDisplay:
         elif mode == "text":
             self.view = TextView(title)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="trainmate-display", daemon=True)
+        self._life = _thread.allocate_lock()  # held by the thread while it runs (see `start`)
         session.on_log.append(self._on_log)
         session.on_event.append(self.state.event)
+        session.on_epoch_end.append(self._epoch_ended)
 
     def start(self) -> None:
         # One thread per run does it all (each thread costs a run about a millisecond to start
         # and stop): the state a few times a second, NVML/host readings and the status file
         # once a second, the view when its throttle allows.
-        self._thread.start()
+        # Started with `_thread`: `threading.Thread.start()` waits until the new thread runs,
+        # which on a loaded machine is the scheduler's wait (0.15 ms median here, milliseconds
+        # in bursts), paid by every run. `halt()` does not wait for a thread that has not begun
+        # either: when it begins it sees the stop and ends without doing anything.
+        _thread.start_new_thread(self._main, ())
+
+    def _main(self) -> None:
+        with self._life:
+            if not self._stop.is_set():
+                self._loop()
+
+    def _epoch_ended(self) -> None:
+        # A reading at each epoch's end (one loss read per epoch; the thread reads it 4 times a
+        # second): the curve of a run shorter than REFRESH_S is not its last point alone.
+        try:
+            self._refresh()
+        except Exception as exc:  # never raised into the training loop (this runs in `finally`)
+            self._report("reading the run", exc)
 
     def _on_log(self, step: int, values: dict[str, float]) -> None:
         self.state.log(step, values)
@@ -138,10 +157,20 @@ class LiveDisplay:
     def _loop(self) -> None:
         # The state is refreshed at REFRESH_S (that is the loss curve's sampling rate); the view
         # redraws only when its throttle lets it (a few times a second, or every 10 s as text).
-        redraw = Throttle(self.view.interval if self.view is not None else float("inf"))
+        redraw = self.first_redraw()
         sample = Throttle(SAMPLE_S)
         while not self._stop.wait(REFRESH_S):
             redraw = self.tick(time.monotonic(), redraw, sample)
+
+    def first_redraw(self) -> Throttle:
+        """The view's redraw throttle at the thread's start. The text view prints nothing before
+        its first interval, so no snapshot (the advice, the measurements) is made until then: a
+        run shorter than that made one on the display thread for nothing."""
+        view = self.view
+        redraw = Throttle(view.interval if view is not None else float("inf"))
+        if isinstance(view, TextView):
+            redraw.ready(view.started)
+        return redraw
 
     def tick(self, now: float, redraw: Throttle, sample: Throttle) -> Throttle:
         """One turn of the display thread; returns the redraw throttle (a new one after the view
@@ -189,8 +218,9 @@ class LiveDisplay:
     def halt(self) -> None:
         """Stop the thread (before the status file is removed, so it cannot write it again)."""
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        life = self._life
+        if life.acquire(blocking=False) or life.acquire(timeout=5):  # not begun, or ended now
+            life.release()
 
     def finish(self, summary: RunSummary) -> Snapshot:
         """Draw the final state (it stays in the saved notebook)."""
@@ -202,6 +232,8 @@ class LiveDisplay:
         snap = self.snapshot(summary)
         if self.view is None:  # --display off: the summary line only
             print(summary.line(), flush=True)
+            if summary.error is not None:
+                print(summary.error.text(), flush=True)
             if self._text_failed:  # with the events (the failure among them) it could not show
                 for event in snap.events:
                     print(f"[{self.title}] {event}", flush=True)

@@ -61,6 +61,19 @@ def chart_svg(snap: Snapshot) -> str:
     return "".join(charts)
 
 
+def error_html(snap: Snapshot) -> str:
+    """The explanation of a failed run, above the traceback that follows the display."""
+    error = snap.summary.error if snap.summary is not None else None
+    if error is None:
+        return ""
+    fixes = "".join(f"<li>{html.escape(a)}</li>" for a in error.advice)
+    cause = f"<div>{html.escape(error.cause)}</div>" if error.cause else ""
+    return (
+        f'<div class="trainmate-error"><b>{html.escape(error.kind.replace("_", " "))}</b>: '
+        f"{html.escape(error.message)}{cause}<ol>{fixes}</ol></div>"
+    )
+
+
 def html_block(snap: Snapshot, title: str) -> str:
     """The whole display as HTML: what the widget shows and what the saved notebook keeps."""
     rows = [f"<b>{html.escape(title)}</b>: {html.escape(progress_text(snap))}",
@@ -70,7 +83,7 @@ def html_block(snap: Snapshot, title: str) -> str:
     body = "<br>".join(rows)
     events = "".join(f"<li>{html.escape(e)}</li>" for e in snap.events)
     advice = "".join(f"<li>{html.escape(a.message)}</li>" for a in snap.advice)
-    extra = ""
+    extra = error_html(snap)
     if events:
         extra += f"<div><b>Events</b><ul>{events}</ul></div>"
     if advice:

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, Protocol
 
-from .render import chart_svg, html_block, progress_text, stats_text
+from .render import chart_svg, error_html, html_block, progress_text, stats_text
 from .state import Snapshot
 
 TEXT_INTERVAL_S = 10.0
@@ -56,7 +56,7 @@ class WidgetView:
         extra = [f"<li>{e}</li>" for e in snap.events] + [
             f"<li>{a.message}</li>" for a in snap.advice
         ]
-        self.notes.value = f"<ul>{''.join(extra)}</ul>" if extra else ""
+        self.notes.value = error_html(snap) + (f"<ul>{''.join(extra)}</ul>" if extra else "")
 
     def note(self, text: str) -> None:
         """One line under the chart, alone (when drawing the rest failed)."""
@@ -84,10 +84,10 @@ class TextView:
     def __init__(self, title: str, stream: Any = None) -> None:
         self.title = title
         self.stream = stream or sys.stdout
-        self._started = time.monotonic()
+        self.started = time.monotonic()
 
     def update(self, snap: Snapshot) -> None:
-        if time.monotonic() - self._started < self.interval:
+        if time.monotonic() - self.started < self.interval:
             return  # the first line after a full interval: short runs print only their summary
         print(
             f"[{self.title}] {progress_text(snap)} | {stats_text(snap)}",
@@ -102,6 +102,8 @@ class TextView:
             print(f"[{self.title}] {event}", file=self.stream, flush=True)
         for advice in snap.advice:
             print(f"[{self.title}] advice: {advice.message}", file=self.stream, flush=True)
+        if snap.summary is not None and snap.summary.error is not None:  # right above the traceback
+            print(snap.summary.error.text(), file=self.stream, flush=True)
 
 
 def widgets_available() -> bool:

@@ -50,9 +50,23 @@ class GpuReport:
     gpus: tuple[GpuSample, ...] = field(default=())
 
 
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process holding memory on one GPU (NVML's compute process list)."""
+
+    gpu: int  # the GpuSample index
+    pid: int
+    used_bytes: int | None  # None: the driver does not say (e.g. under MIG without privileges)
+
+
 class GpuSource(Protocol):
-    """Anything that can sample the GPUs; `sample()` may block (call it off an event loop)."""
+    """Anything that can sample the GPUs; `sample()` and `processes()` may block (call them off
+    an event loop)."""
 
     def sample(self) -> GpuReport: ...
+
+    def processes(self) -> tuple[GpuProcess, ...]:
+        """The compute processes of every GPU; empty when there is no GPU data."""
+        ...
 
     def close(self) -> None: ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import GpuReport, GpuSample, MigSample
+from . import GpuProcess, GpuReport, GpuSample, MigSample
 
 
 def _text(value: Any) -> str:
@@ -50,6 +50,25 @@ class NvmlSource:
         return GpuReport(
             True, "nvml", driver_version=driver, cuda_driver_version=cuda_text, gpus=gpus
         )
+
+    def processes(self) -> tuple[GpuProcess, ...]:
+        """`nvmlDeviceGetComputeRunningProcesses` of each GPU; pids are the host's (a container
+        with its own pid namespace sees pids it may not be able to map)."""
+        nv = self._nvml
+        if nv is None:
+            return ()
+        found: list[GpuProcess] = []
+        try:
+            for index in range(nv.nvmlDeviceGetCount()):
+                handle = nv.nvmlDeviceGetHandleByIndex(index)
+                for proc in self._optional(nv.nvmlDeviceGetComputeRunningProcesses, handle) or ():
+                    used = getattr(proc, "usedGpuMemory", None)
+                    # NVML_VALUE_NOT_AVAILABLE comes back as a huge unsigned or None.
+                    known = isinstance(used, int) and 0 <= used < 2**63
+                    found.append(GpuProcess(index, int(proc.pid), used if known else None))
+        except nv.NVMLError:
+            return tuple(found)
+        return tuple(found)
 
     @staticmethod
     def _optional(fn: Any, *args: Any) -> Any:

@@ -6,13 +6,10 @@ The display's one thread per run calls `sample_once()` about once a second; read
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-import psutil
-
 from . import GpuReport, GpuSource
-from .host import HostSample, HostSource
+from .host import HostSample, HostSource, shared_host, this_process
 
 
 @dataclass(frozen=True)
@@ -29,8 +26,8 @@ class Sampler:
 
     def __init__(self, gpu: GpuSource, host: HostSource | None = None) -> None:
         self._gpu = gpu
-        self._host = host or HostSource()
-        self._process = psutil.Process(os.getpid())
+        self._host = host or shared_host()
+        self._process = this_process()
         self.latest: DeviceSample | None = None
         self.samples = 0
 

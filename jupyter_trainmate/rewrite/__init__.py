@@ -8,8 +8,9 @@ cell reaches (`functions`) are rewritten with it and put in place for the run by
 `%time`/`%%time` lines are rewritten inside (`magics`). Code that does not parse is the
 caller's to report (the magic compiles the cell first so a syntax error reads like IPython's own).
 Every transform is inline except the out-of-memory retry point around batch loop bodies (lines
-marked `MARK`); `compile_rewritten` maps every position back to the cell's, so a traceback points
-at the user's own line.
+marked `MARK`; only where an out-of-memory error can happen, see `runtime.oom.wants_retry`);
+`compile_rewritten` maps every position back to the cell's, so a traceback points at the user's
+own line.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from .functions import (
 )
 from .loops import BatchLoopTransformer, iterated_names
 from .magics import MagicTransformer, code_of, magic_calls
-from .retry import MARK, RetryTransformer, compile_rewritten
+from .retry import MARK, RetryTransformer, compile_rewritten, forget_compiled
 
 __all__ = [
     "MARK",
@@ -104,11 +105,13 @@ def rewrite_source(
     context: RewriteContext,
     trainers: frozenset[str] = frozenset(),
     model_lists: frozenset[str] = frozenset(),
+    retry: bool = True,
 ) -> tuple[str, CodeFacts]:
     """Rewrite one piece of code (a cell or a function). Raises libcst's ParserSyntaxError.
 
     The facts' lines are `source`'s own (not moved by `context.line_offset`). `model_lists` names
-    the lists of models or optimizers the code may loop over (see `loops.over_models`).
+    the lists of models or optimizers the code may loop over (see `loops.over_models`). `retry`:
+    whether batch loop bodies get the out-of-memory retry point (`runtime.oom.wants_retry`).
     """
     wrapper = cst.MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
     facts = read_facts(wrapper, trainers)
@@ -116,9 +119,9 @@ def rewrite_source(
         context.left_alone(line, code, GRADIENT_READ)
     looped = wrapper.visit(BatchLoopTransformer(context, facts, model_lists))
     called = cst.MetadataWrapper(looped, unsafe_skip_copy=True).visit(TrainCallTransformer(context))
-    retried = called.visit(RetryTransformer())
+    retried = called.visit(RetryTransformer()) if retry else called
     magics = MagicTransformer(
-        context, lambda code, inner: rewrite_source(code, inner, trainers, model_lists)
+        context, lambda code, inner: rewrite_source(code, inner, trainers, model_lists, retry)
     )
     done = cst.MetadataWrapper(retried, unsafe_skip_copy=True).visit(magics)
     shift = -context.line_offset
@@ -352,37 +355,41 @@ class _RecordingNamespace(Mapping[str, object]):
 
 
 # Re-running a cell is the common case (tweak a hyperparameter, run again): its rewrite is reused
-# while every name the rewrite looked up still names the same object.
-_CACHE: OrderedDict[tuple[str, frozenset[object]], tuple[RewriteResult, _RecordingNamespace]] = (
-    OrderedDict()
-)
+# while every name the rewrite looked up still names the same object. Keyed by whether it has
+# retry points too, so a run asking for them never gets a rewrite without.
+_CACHE: OrderedDict[
+    tuple[str, frozenset[object], bool], tuple[RewriteResult, _RecordingNamespace]
+] = OrderedDict()
 _CACHE_SIZE = 64
 
 
 def reset() -> None:
-    """Forget every cached rewrite (tests: each starts with an empty cache)."""
+    """Forget every cached rewrite and compiled cell (tests: each starts with empty caches)."""
     _CACHE.clear()
+    forget_compiled()
 
 
 def rewrite_cell(
     source: str,
     namespace: Mapping[str, object] | None = None,
     handed: frozenset[object] = frozenset(),
+    retry: bool = True,
 ) -> RewriteResult:
     """Rewrite a `%%train` cell and the notebook functions and methods it reaches.
 
     They are looked up in `namespace`; functions in `handed` (given to `train()`) are rewritten
-    wherever they were defined.
+    wherever they were defined. `retry`: whether batch loop bodies get the out-of-memory retry
+    point (a run decides with `runtime.oom.wants_retry(options.oom_retry)`).
     """
     if namespace is None:
-        return _rewrite_cell(source, None, handed)
-    key = (source, handed)
+        return _rewrite_cell(source, None, handed, retry)
+    key = (source, handed, retry)
     cached = _CACHE.get(key)
     if cached is not None and cached[1].still_valid(namespace):
         _CACHE.move_to_end(key)
         return cached[0]
     recorder = _RecordingNamespace(namespace)
-    result = _rewrite_cell(source, recorder, handed)
+    result = _rewrite_cell(source, recorder, handed, retry)
     _CACHE[key] = (result, recorder)
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -390,7 +397,7 @@ def rewrite_cell(
 
 
 def _rewrite_cell(
-    source: str, namespace: _RecordingNamespace | None, handed: frozenset[object]
+    source: str, namespace: _RecordingNamespace | None, handed: frozenset[object], retry: bool
 ) -> RewriteResult:
     context = RewriteContext()
     try:
@@ -407,7 +414,7 @@ def _rewrite_cell(
         if reach is not None and namespace is not None
         else frozenset()
     )
-    code, facts = rewrite_source(source, context, trainers, model_lists)
+    code, facts = rewrite_source(source, context, trainers, model_lists, retry)
     notes = [*context.sorted_notes(), *(reach.notes if reach is not None else ())]
     batch_sources = list(context.batch_sources)
     functions = []
@@ -415,7 +422,9 @@ def _rewrite_cell(
         fn = r.source
         fn_context = RewriteContext(f"{fn.kind} {fn.name}", line_offset=fn.first_line - 1)
         try:
-            new_source, fn_facts = rewrite_source(fn.source, fn_context, trainers, model_lists)
+            new_source, fn_facts = rewrite_source(
+                fn.source, fn_context, trainers, model_lists, retry
+            )
         except cst.ParserSyntaxError:
             continue
         if any(n.kind == "instrumented" for n in fn_context.notes):

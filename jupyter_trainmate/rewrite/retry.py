@@ -20,6 +20,7 @@ tracebacks still point into the cell as the user wrote it.
 from __future__ import annotations
 
 import ast
+from collections import OrderedDict
 from types import CodeType
 from typing import cast
 
@@ -204,7 +205,38 @@ def compile_rewritten(code: str, original: str, filename: str, first_line: int =
     """Compile rewritten code so every position is the user's: line (from `first_line`) and column.
 
     Without added lines the rewrite is inline and a plain compile of the padded code does it.
+    A re-run of the same code reuses its compiled code under the new file name (IPython names
+    each execution of a cell anew): compiling costs a run about half a millisecond.
     """
+    key = (code, original, first_line)
+    compiled = _COMPILED.get(key)
+    if compiled is not None:
+        _COMPILED.move_to_end(key)
+        return _renamed(compiled, filename) if compiled.co_filename != filename else compiled
+    compiled = _compile(code, original, filename, first_line)
+    _COMPILED[key] = compiled
+    while len(_COMPILED) > _COMPILED_SIZE:
+        _COMPILED.popitem(last=False)
+    return compiled
+
+
+# Compiled once, under the file name of its first run (so a compile warning names the cell).
+_COMPILED: OrderedDict[tuple[str, str, int], CodeType] = OrderedDict()
+_COMPILED_SIZE = 128
+
+
+def _renamed(code: CodeType, filename: str) -> CodeType:
+    """`code` and the code objects inside it (functions, comprehensions, classes) as `filename`."""
+    consts = tuple(_renamed(c, filename) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+def forget_compiled() -> None:
+    """Drop the compiled code kept for re-runs (with the rewrite cache)."""
+    _COMPILED.clear()
+
+
+def _compile(code: str, original: str, filename: str, first_line: int) -> CodeType:
     if MARK not in code:
         return compile("\n" * (first_line - 1) + code, filename, "exec")
     new_lines = code.splitlines()

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import Tensor
+from torch.utils.data import DistributedSampler
 
 from ..monitor.host import usable_cpus
 from .accumulation import Accumulation
@@ -32,6 +34,7 @@ from .batch import SampleCounter, leading_size
 from .device import Placement
 from .guarding import Guards
 from .loader import LoaderInfo, loader_info
+from .oom import OutOfMemoryRetry
 from .prefetch import CudaPrefetcher, FirstOnThisThread, ThreadPrefetcher, auto_thread
 from .resume import Checkpoints
 from .summary import SamplesSource
@@ -108,6 +111,7 @@ class Batches:
         accumulation: Accumulation,
         checkpoints: Checkpoints,
         guards: Guards,
+        retry: OutOfMemoryRetry,
         report: Callable[[str], None],
     ) -> None:
         self.prefetch_mode = prefetch  # "cuda" | "thread" | "off" | "auto" (CPU), by `Placement`
@@ -121,8 +125,12 @@ class Batches:
         self._accumulation = accumulation
         self._checkpoints = checkpoints
         self._guards = guards
+        self._retry = retry
         self._report = report
         self.epochs_seen = 0  # batch loops that fetched at least one batch
+        # called on the training thread when a batch loop that trained ends (the display takes a
+        # reading there, so a run shorter than its refresh interval still has a curve)
+        self.on_epoch_end: list[Callable[[], None]] = []
         self.epochs_total: int | None = None  # from the epoch loop, when the rewrite found one
         self.steps_per_epoch: int | None = None
         self.loader_info: LoaderInfo | None = None
@@ -201,6 +209,9 @@ class Batches:
 
     def epoch(self, iterable: Iterable[Any]) -> Iterator[Any]:
         """One pass over a batch loop's iterable (what `iter()` on a `BatchLoop` returns)."""
+        sampler = getattr(iterable, "sampler", None)
+        if isinstance(sampler, DistributedSampler):  # `--procs`: each epoch its own order
+            sampler.set_epoch(self.epoch_index)
         if self.loader_info is None:
             self.loader_info = loader_info(iterable)
         try:
@@ -294,14 +305,22 @@ class Batches:
         self._samples_counted = True
         self._samples_guessed |= not counter.exact
         count = counter if counter.exact else leading_size  # one call per batch, not two
+        guess = not counter.exact  # (inputs, targets, ...) batches are sized inline, below
         fetched = trained = 0
         holding = False
         mark = signals.count
+        retry = self._retry
+        point = retry.retry_point()  # the batch loops of a batch's body make their own
         try:
             left = before()  # this fetch is timed; the next timed one `left` steps later
             timed = True
             for batch in source:
-                samples = count(batch)
+                kind = type(batch)
+                if guess and (kind is tuple or kind is list) and batch and type(batch[0]) is Tensor:
+                    shape = batch[0].shape  # what `leading_size` reads, without its two calls
+                    samples = shape[0] if shape else count(batch)
+                else:
+                    samples = count(batch)
                 if timed:
                     after(samples)
                 else:
@@ -344,6 +363,7 @@ class Batches:
                 before()  # the pass is over: what follows it is no step of it
             self._guards.epoch_ended()
         finally:
+            retry.restore(point)
             if holding:  # left from inside the body (break, an exception): did the batch train?
                 self._in_batch -= 1
                 if signals.count != mark:
@@ -351,6 +371,8 @@ class Batches:
             if trained:
                 self.epochs_seen += 1
                 self._in_epoch = False
+                for listener in self.on_epoch_end:
+                    listener()
             elif fetched:  # a validation pass (an iter() that fetched nothing is no pass at all)
                 self._uncounted[2] += 1
             accumulation.last_batch = False

@@ -59,7 +59,9 @@ def trainable_objects(namespace: Mapping[str, object]) -> dict[str, dict[str, An
     for name, value in namespace.items():
         if name.startswith("_"):
             continue
-        if isinstance(value, torch.nn.Module):
+        if isinstance(value, torch.nn.parallel.DistributedDataParallel):
+            found["models"][name] = value.module  # checkpoints hold the model itself
+        elif isinstance(value, torch.nn.Module):
             found["models"][name] = value
         elif isinstance(value, torch.optim.Optimizer):
             found["optimizers"][name] = value

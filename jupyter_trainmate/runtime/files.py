@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
+
+
+@functools.cache
+def _umask() -> int:
+    """The process's umask, read without setting it (`os.umask` would race other threads)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        status = Path("/proc/self/status").read_text()
+        return int(
+            next(line for line in status.splitlines() if line.startswith("Umask:")).split()[1], 8
+        )
+    return 0o022
 
 
 def write_atomically(
@@ -19,8 +32,13 @@ def write_atomically(
     checkpoints; status files and tables only need atomicity).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:  # mkstemp makes the file 0600: keep a replaced file's mode, else what open() would give
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             write(f)
             if durable:

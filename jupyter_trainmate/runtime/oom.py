@@ -28,6 +28,7 @@ import dataclasses
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Mapping
+from functools import cache
 from types import TracebackType
 from typing import Any
 
@@ -36,6 +37,30 @@ import torch
 from ..errors import TrainmateError
 from .accumulation import Accumulation
 from .batch import batch_size
+
+RetryPoint = tuple[tuple[str, ...], int, int, int, float]
+
+
+@cache
+def oom_possible() -> bool:
+    """Whether torch can raise `torch.OutOfMemoryError` in this process: an accelerator is there.
+
+    On the CPU alone a failed allocation is a plain RuntimeError, so the retry point would only
+    cost every step a generator and a second loop. Decided once per process; none of these
+    checks creates a CUDA context.
+    """
+    if torch.cuda.is_available():
+        return True
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return True
+    xpu = getattr(torch, "xpu", None)
+    return xpu is not None and bool(xpu.is_available())
+
+
+def wants_retry(mode: str) -> bool:
+    """Whether the rewrite gives batch loops a retry point, for `--oom-retry MODE`."""
+    return mode == "on" or (mode == "auto" and oom_possible())
 
 
 def split_batch(batch: Any, size: int, parts: int) -> list[Any]:
@@ -117,16 +142,22 @@ class OutOfMemoryRetry:
         return self.index >= self.count - 1
 
     def parts(self, batch: Any, names: tuple[str, ...] = ()) -> Iterator[Any]:
+        # A generator: calling it runs nothing, and until an out-of-memory error its body is
+        # two attribute stores, one yield and one test. (A C iterator over a one-item list that
+        # `caught()` extends, tried for issue 14, costs more per step: a call and four objects.)
         self._names = names
-        accumulation = self._accumulation
-        self._pending_at_start = accumulation.pending
+        self._pending_at_start = self._accumulation.pending
         if self.parts_per_batch == 1:
-            self._failed = None
             yield batch
-            if not self.failed:
+            if self._failed is None:
                 return
+        yield from self._split(batch)
+
+    def _split(self, batch: Any) -> Iterator[Any]:
+        """The batch as micro-batches: `parts_per_batch` of them, more after each failure."""
         size = batch_size(batch)
         parts = self.parts_per_batch
+        accumulation = self._accumulation
         try:
             while True:
                 if self._failed is not None:
@@ -138,13 +169,27 @@ class OutOfMemoryRetry:
                 for self.index, piece in enumerate(pieces):
                     self.weight = batch_size(piece) / size if size else 1 / self.count
                     yield piece
-                    if self.failed:
+                    if self.failed:  # set by `caught()` while the piece ran
                         break
                 else:
                     self.parts_per_batch = parts
                     return
         finally:
             self.index, self.count, self.weight = 0, 1, 1.0
+            self._failed = None
+
+    def retry_point(self) -> RetryPoint:
+        """The state of the batch in progress: what its body assigns, the pending count it
+        started with, the micro-batch running. A batch loop takes it when it starts and puts it
+        back when it ends, so a batch loop run from a batch's body (a notebook function's)
+        leaves the outer batch's micro-batches as they were."""
+        return self._names, self._pending_at_start, self.index, self.count, self.weight
+
+    def restore(self, point: RetryPoint) -> None:
+        self._names, self._pending_at_start, self.index, self.count, self.weight = point
+        # A failure is consumed by the generator that retries it; none is left when a batch
+        # loop ends (one left by an interrupted retry must not split the next batch).
+        self._failed = None
 
     def _more_parts(self, parts: int, size: int) -> int:
         error = self._failed

@@ -18,7 +18,7 @@ import dataclasses
 import shlex
 import typing
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
@@ -31,6 +31,9 @@ NanPolicy = Literal["off", "stop", "skip", "rollback"]
 SpikePolicy = Literal["off", "warn", "skip", "rollback"]
 MonitorMode = Literal["min", "max"]
 Switch = Literal["auto", "on", "off"]
+Backend = Literal["auto", "nccl", "gloo"]
+SamplerName = Literal["tpe", "random", "grid", "cmaes"]
+PrunerName = Literal["median", "hyperband", "none"]
 
 AMP_MODES: tuple[AmpMode, ...] = typing.get_args(AmpMode)
 PREFETCH_MODES: tuple[PrefetchMode, ...] = typing.get_args(PrefetchMode)
@@ -106,7 +109,11 @@ class TrainOptions:
     )
     monitor: str | None = field(
         default=None,
-        metadata=_meta("the metric (from log()) early stopping watches", metavar="NAME"),
+        metadata=_meta(
+            "the metric (from log()) early stopping and --sweep watch; loss: the epoch's mean "
+            "training loss",
+            metavar="NAME",
+        ),
     )
     mode: MonitorMode = field(default="min", metadata=_meta("which way --monitor improves"))
     display: DisplayMode = field(
@@ -120,6 +127,103 @@ class TrainOptions:
         default=False,
         metadata=_meta("print the code that would run and what was instrumented; do not run"),
     )
+    # --- explain ---
+    retries: int = field(
+        default=0,
+        metadata=_meta(
+            "restart from the last checkpoint after a failure a restart can cure (a GPU fault, "
+            "a killed DataLoader worker, an I/O error on the data), at most N times",
+            metavar="N",
+        ),
+    )
+    # --- lab ---
+    notify_after: float | None = field(
+        default=None,
+        metadata=_meta(
+            "JupyterLab toast when the run ends after more than SECONDS (default: the lab's "
+            "setting, 60 s; 0: always)",
+            metavar="SECONDS",
+        ),
+    )
+    # --- procs ---
+    procs: str | None = field(
+        default=None,
+        metadata=_meta(
+            "run the cell data-parallel in N worker processes (gpus: one per visible GPU)",
+            metavar="N|gpus",
+        ),
+    )
+    backend: Backend = field(
+        default="auto",
+        metadata=_meta("with --procs: torch.distributed backend (auto: nccl with CUDA, else gloo)"),
+    )
+    # --- sweep ---
+    sweep: int | None = field(
+        default=None,
+        metadata=_meta(
+            "hyperparameter search: run the cell as N Optuna trials, maximising or minimising "
+            "--monitor (see jupyter_trainmate.suggest and --space; with --resume: continue the study)",
+            metavar="N",
+        ),
+    )
+    sampler: SamplerName = field(
+        default="tpe", metadata=_meta("with --sweep: how trials choose values (seeded by --seed)")
+    )
+    prune: PrunerName = field(
+        default="median",
+        metadata=_meta("with --sweep: end bad trials early at each log() of --monitor"),
+    )
+    study: str | None = field(
+        default=None,
+        metadata=_meta(
+            "with --sweep: the study's name in runs/optuna.journal (default: notebook + cell)",
+            metavar="NAME",
+        ),
+    )
+    timeout: float | None = field(
+        default=None,
+        metadata=_meta("with --sweep: start no trial after S seconds", metavar="S"),
+    )
+    max_failures: int = field(
+        default=3, metadata=_meta("with --sweep: stop after N failed trials in a row", metavar="N")
+    )
+    space: str | None = field(
+        default=None,
+        metadata=_meta(
+            "with --sweep: search optimizer settings with no suggest() calls, e.g. "
+            '"lr=1e-5..1e-2:log weight_decay=0..0.1 momentum=[0.8,0.9]"',
+            metavar="SPACE",
+        ),
+    )
+    seed: int | None = field(
+        default=None, metadata=_meta("with --sweep: the sampler's seed", metavar="N")
+    )
+    # --- sweeppar ---
+    parallel: int = field(
+        default=1,
+        metadata=_meta(
+            "with --sweep: run K trials at a time in K worker processes (one GPU each where "
+            "there are GPUs; the notebook's objects stay as they are)",
+            metavar="K",
+        ),
+    )
+    # --- noretry ---
+    oom_retry: Switch = field(
+        default="auto",
+        metadata=_meta(
+            "redo a step that runs out of memory as smaller micro batches (auto: only where "
+            "an accelerator can raise torch.OutOfMemoryError; on: also on the CPU, for code "
+            "that raises it itself; off: never, and no retry lines in the rewrite)"
+        ),
+    )
+
+    def _check_parallel(self) -> None:
+        if self.parallel < 1:
+            raise TrainmateError(f"--parallel {self.parallel}: worker processes, 1 or more")
+        if self.parallel > 1 and self.sweep is None:
+            raise TrainmateError(f"--parallel {self.parallel}: only with --sweep N")
+        if self.parallel > 1 and self.procs is not None:
+            raise TrainmateError("--parallel and --procs together: not supported; use one")
 
     def __post_init__(self) -> None:
         for spec in option_specs():
@@ -136,7 +240,7 @@ class TrainOptions:
             raise TrainmateError(
                 f"--every {self.every} --keep {self.keep}: need every >= 0, keep >= 1"
             )
-        if (self.every or self.resume) and self.checkpoint is None:
+        if (self.every or (self.resume and self.sweep is None)) and self.checkpoint is None:
             raise TrainmateError("--every/--resume need --checkpoint DIR")
         for item in self.set:
             name, eq, value = item.partition("=")
@@ -150,7 +254,7 @@ class TrainOptions:
             raise TrainmateError("--set changes hyperparameters of a resumed run: add --resume")
         if not self.spike_factor > 1:
             raise TrainmateError(f"--spike-factor {self.spike_factor}: must be more than 1")
-        if (self.patience is None) != (self.monitor is None):
+        if (self.patience is None) != (self.monitor is None) and self.sweep is None:
             raise TrainmateError("--patience and --monitor go together")
         if self.patience is not None and self.patience < 1:
             raise TrainmateError(f"--patience {self.patience}: must be 1 or more")
@@ -158,6 +262,23 @@ class TrainOptions:
             raise TrainmateError(f"--accumulate {self.accumulate}: must be 1 or more")
         if self.clip is not None and not self.clip > 0:
             raise TrainmateError(f"--clip {self.clip}: must be a positive max norm")
+        if self.procs not in (None, "gpus") and not (self.procs.isdigit() and int(self.procs) > 0):
+            raise TrainmateError(f"--procs {self.procs}: a number of processes (1 or more) or gpus")
+        if self.procs is None and self.backend != "auto":
+            raise TrainmateError(f"--backend {self.backend}: only with --procs N")
+        if self.procs is not None and self.retries:
+            raise TrainmateError(
+                "--procs and --retries together: not supported (a restart in one worker would "
+                "leave the others waiting in their collectives); use one"
+            )
+        if self.procs is not None and self.on_nan in ("skip", "rollback"):
+            raise TrainmateError(
+                f"--procs and --on-nan {self.on_nan} together: not supported (a NaN in one "
+                "worker's loss would skip its backward alone, out of step with the others' "
+                "all-reduce); use --on-nan stop"
+            )
+        self._check_sweep()
+        self._check_parallel()
         if self.device != "auto":
             import torch  # only here: the table itself is read at import time
 
@@ -167,6 +288,45 @@ class TrainOptions:
                 raise TrainmateError(
                     f"--device {self.device}: not a device (auto, cpu, cuda, cuda:N, mps)"
                 ) from None
+        if self.retries < 0 or (self.retries and self.checkpoint is None):
+            raise TrainmateError(
+                f"--retries {self.retries}: restarts resume from a checkpoint; add --checkpoint"
+                if self.retries > 0
+                else f"--retries {self.retries}: must be 0 or more"
+            )
+
+    def _check_sweep(self) -> None:
+        """The sweep options (values: only with --sweep N), and --sweep needs --monitor (the objective)."""
+        if self.sweep is None:
+            given = [
+                flag
+                for flag, value, default in (
+                    ("--study", self.study, None),
+                    ("--timeout", self.timeout, None),
+                    ("--space", self.space, None),
+                    ("--seed", self.seed, None),
+                    ("--max-failures", self.max_failures, 3),
+                    ("--sampler", self.sampler, "tpe"),
+                    ("--prune", self.prune, "median"),
+                )
+                if value != default
+            ]
+            if given:
+                raise TrainmateError(f"{', '.join(given)}: only with --sweep N")
+            return
+        if self.sweep < 1:
+            raise TrainmateError(f"--sweep {self.sweep}: trials, 1 or more")
+        if self.monitor is None:
+            raise TrainmateError(
+                f"--sweep {self.sweep}: name the metric to optimise with --monitor NAME "
+                "(reported by jupyter_trainmate.log(NAME=value)) and --mode min|max"
+            )
+        if self.max_failures < 1:
+            raise TrainmateError(f"--max-failures {self.max_failures}: must be 1 or more")
+        if self.timeout is not None and not self.timeout > 0:
+            raise TrainmateError(f"--timeout {self.timeout}: seconds, more than 0")
+        if self.set:
+            raise TrainmateError("--set changes a resumed run; a sweep sets values with --space")
 
 
 @dataclass(frozen=True)
@@ -282,6 +442,17 @@ def parse_options(line: str, checkpoint_base: Path | None = None) -> TrainOption
     A bare `--checkpoint` means `checkpoints/` in `checkpoint_base` (the notebook's folder; the
     working directory when None). `--help` prints the help and raises `HelpShown`.
     """
+    options = _parse_line(line)
+    if options.checkpoint == "":
+        checkpoint = str((checkpoint_base or Path.cwd()) / "checkpoints")
+        return dataclasses.replace(options, checkpoint=checkpoint)
+    return options
+
+
+@lru_cache(maxsize=64)
+def _parse_line(line: str) -> TrainOptions:
+    """The line parsed once: argparse costs a run about 0.1 ms, and a re-run of a cell has the
+    same line. `TrainOptions` is frozen; errors and `--help` raise, so they are never cached."""
     try:
         words = shlex.split(line)
     except ValueError as exc:
@@ -289,8 +460,6 @@ def parse_options(line: str, checkpoint_base: Path | None = None) -> TrainOption
     args = build_parser().parse_args(words)
     values = {spec.name: getattr(args, spec.name) for spec in option_specs()}
     values["set"] = tuple(values["set"])
-    if values["checkpoint"] == "":
-        values["checkpoint"] = str((checkpoint_base or Path.cwd()) / "checkpoints")
     return TrainOptions(**values)
 
 

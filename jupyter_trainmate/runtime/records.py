@@ -4,6 +4,11 @@ Run records: every `%%train` run appends one JSON line to `runs/runs.jsonl` besi
 One `os.write` of a whole line to a file opened with O_APPEND: concurrent runs never interleave
 their lines. Readers skip a line that does not parse. The commit is read from `.git` directly: a
 `git` subprocess would cost every run milliseconds.
+
+A run's record has an `id`. What is done later with the run's model (`trainmate export`,
+`trainmate bench`) is appended as a line of its own with a `kind` ("export", "bench") and the
+run's `id` in `run`: the file stays append-only, never rewritten. A line without `kind` is a
+run; `read_records` returns only runs unless asked for other kinds (`deploy/attach.py`).
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ import json
 import os
 import platform
 import time
-from collections.abc import Mapping
-from dataclasses import asdict
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +29,12 @@ from .options import TrainOptions
 from .summary import RunSummary
 
 RECORDS = "runs.jsonl"
+RUN = "run"  # the kind of a line without "kind": a %%train run's record
+
+
+def kind(record: Mapping[str, Any]) -> str:
+    """What a line records: "run" (a `%%train` run), "export", "bench"."""
+    return str(record.get("kind") or RUN)
 
 
 def git_commit(directory: Path) -> str | None:
@@ -99,17 +111,21 @@ def make_record(
 ) -> dict[str, Any]:
     import torch
 
-    data = asdict(summary)
+    data = _fields(summary)
     return {
+        "id": uuid.uuid4().hex[:12],  # what later lines (exports, benches) refer to
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "notebook": notebook,
         "outcome": summary.outcome,
-        "options": asdict(options),
+        "options": _fields(options),
         "hyperparameters": hyper,
         "metrics": summary.metrics,
         "summary": {
-            k: v for k, v in data.items() if k not in ("metrics", "instrumented", "left_alone")
+            k: v
+            for k, v in data.items()
+            if k not in ("metrics", "instrumented", "left_alone", "error")
         },
+        "error": summary.error.as_dict() if summary.error is not None else None,
         "checkpoint": str(checkpoint) if checkpoint else None,
         "versions": {
             "jupyter_trainmate": __version__,
@@ -120,6 +136,37 @@ def make_record(
         "git_commit": commit,
         "host": platform.node(),
     }
+
+
+def _fields(record: RunSummary | TrainOptions) -> dict[str, Any]:
+    """A dataclass's fields (`asdict` without its deep copy: they are plain values, tuples and a
+    dict of floats, written out as JSON at once)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
+CURVE_POINTS = 64
+
+
+def _downsample(points: Sequence[tuple[float, float]], most: int) -> list[list[float]]:
+    """At most `most` evenly spaced points (the first and last kept), 6 significant digits."""
+    if len(points) > most:
+        last = len(points) - 1
+        points = [points[round(i * last / (most - 1))] for i in range(most)]
+    return [[float(f"{x:.6g}"), float(f"{y:.6g}")] for x, y in points]
+
+
+def compact_curves(
+    loss: Sequence[tuple[float, float]],
+    metrics: Mapping[str, Sequence[tuple[float, float]]],
+    most: int = CURVE_POINTS,
+) -> dict[str, list[list[float]]]:
+    """The run's curves for its record: `{"loss": [[step, value], ...], "<metric>": ...}`,
+    downsampled to `most` points each (`trainmate report` draws them without TensorBoard)."""
+    curves = {"loss": _downsample(loss, most)} if loss else {}
+    for name in sorted(metrics):
+        if name != "loss" and metrics[name]:
+            curves[name] = _downsample(metrics[name], most)
+    return curves
 
 
 def append_record(folder: Path, record: dict[str, Any]) -> Path:
@@ -136,13 +183,14 @@ def append_record(folder: Path, record: dict[str, Any]) -> Path:
     return path
 
 
-def read_records(folder: Path) -> list[dict[str, Any]]:
+def read_records(folder: Path, kinds: Sequence[str] | None = (RUN,)) -> list[dict[str, Any]]:
+    """The records in `folder/runs.jsonl` of these kinds (default: runs only; None: every line)."""
     path = folder / RECORDS
     found = []
     with contextlib.suppress(FileNotFoundError), path.open() as f:
         for line in f:
             with contextlib.suppress(ValueError):
                 record = json.loads(line)
-                if isinstance(record, dict):
+                if isinstance(record, dict) and (kinds is None or kind(record) in kinds):
                     found.append(record)
     return found

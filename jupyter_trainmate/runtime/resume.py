@@ -45,6 +45,7 @@ class Checkpoints:
     ) -> None:
         self.directory = Path(options.checkpoint) if options.checkpoint else None
         self.last: Path | None = None  # the newest checkpoint handed to the writer
+        self.writes = True  # False in the workers of `--procs` but rank 0: they save nothing
         # Whether the weights changed since the batch in progress arrived (set by the session on
         # every real optimizer step, and on backward() inside an accumulation window).
         self.updated = False
@@ -69,6 +70,10 @@ class Checkpoints:
     def save(self, position: int, epoch: int, torch_rng: torch.Tensor | None = None) -> Path:
         """Hand a checkpoint of the notebook's training objects to the writer (batch boundary)."""
         assert self.directory is not None
+        if not self.writes:
+            return self.directory / checkpoint_name(
+                self._steps_before + self._steps(), epoch, position
+            )
         objects = trainable_objects(self._namespace)
         rng = rng_state()
         if torch_rng is not None:
@@ -102,6 +107,7 @@ class Checkpoints:
             "epoch": epoch,
             "position": position,
             "steps": steps,
+            "ranks": ranks(),  # the position counts one rank's batches
         }
         path = self.directory / checkpoint_name(steps, epoch, position)
         self._writer.submit(payload, path)
@@ -155,6 +161,13 @@ class Checkpoints:
 
     def load(self, payload: dict[str, Any]) -> None:
         """Load a checkpoint's states into the notebook's objects (before the cell runs)."""
+        written = payload.get("ranks")
+        if payload.get("position") and written is not None and int(written) != ranks():
+            raise TrainmateError(
+                f"--resume: the checkpoint was written mid-epoch by a run of {written} rank(s) "
+                f"and its position counts one rank's batches; this run has {ranks()} (resume "
+                f"with --procs {written}, or from a checkpoint written at an epoch's end)"
+            )
         objects = trainable_objects(self._namespace)
         for kind in ("models", "optimizers", "schedulers"):
             for name, state in payload[kind].items():
@@ -244,3 +257,10 @@ class Checkpoints:
         set_rng_state(resume["rng"])  # then every draw continues where the run stopped
         self._report(f"resumed after {position} batches of the epoch in progress")
         return source, position
+
+
+def ranks() -> int:
+    """The ranks of the process group this process is in (1: none)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,10 @@ from .resume import Checkpoints
 from .stepping import Stepping
 from .summary import Outcome, RunProgress, RunSummary, remember_last_run
 from .timing import StepTimer
+
+# Bound once: `torch.optim.Optimizer` is three lookups on every step.
+_Tensor = torch.Tensor
+_Optimizer = torch.optim.Optimizer
 
 
 class TrainSession:
@@ -113,8 +117,10 @@ class TrainSession:
             accumulation=self.accumulation,
             checkpoints=self.checkpoints,
             guards=self.guards,
+            retry=self.oom_guard,
             report=report,
         )
+        self.on_epoch_end = self._batches.on_epoch_end
         self.epochs = self._batches.epochs  # the calls the rewrite emits, bound once
         self.next_batch = self._batches.next_batch
         self.loop = self._batches.counter_loop
@@ -123,6 +129,8 @@ class TrainSession:
         self._last_loss: Any = None
         # backward() with nothing to do but count: no loss guard, no scaler, no accumulation
         # (checked once here; a micro-batch after out-of-memory is checked per call)
+        if options.monitor == "loss":  # early stopping on the training loss the loop computes
+            self.guards.watch_epoch_loss(self.log)
         self._plain_backward = (
             not self.guards.watch_losses and self.scaler is None and options.accumulate == 1
         )
@@ -183,12 +191,14 @@ class TrainSession:
         _active = self
         self._exit.callback(_deactivate, self)
         self.report.started = time.perf_counter()
-        handle = register_optimizer_step_post_hook(self._on_optimizer_step)
+        handle = register_optimizer_step_post_hook(self._step_hook())
         self._exit.callback(handle.remove)
         self._exit.enter_context(self.amp.autocast())
 
     def close(self, outcome: Outcome) -> RunSummary:
         """Undo what `start()` set up and make the run's summary (kept for `last_run()`)."""
+        if outcome == "finished":
+            self.guards.run_finished()
         try:
             self.checkpoints.wait()  # every checkpoint handed over is on disk
             self.stepping.finish()
@@ -212,6 +222,13 @@ class TrainSession:
         self.report.log(values)
         self.guards.logged(values)
 
+    def monitor_epoch_loss(self) -> None:
+        """Log the epoch's mean training loss as `loss` (a sweep's `--monitor loss`: the value
+        of a loop that logs nothing); before the cell runs."""
+        if self.guards.epoch_loss is None:
+            self.guards.watch_epoch_loss(self.log)
+            self._plain_backward = False
+
     # -- batches ---------------------------------------------------------------------------------
 
     def batches(self, iterable: Iterable[Any]) -> BatchLoop:
@@ -220,7 +237,7 @@ class TrainSession:
     # -- gradients -------------------------------------------------------------------------------
 
     def backward(self, loss: Any, *args: Any, **kwargs: Any) -> Any:
-        if not isinstance(loss, torch.Tensor):  # torch.autograd.backward(...) and the like
+        if not isinstance(loss, _Tensor):  # torch.autograd.backward(...) and the like
             return loss.backward(*args, **kwargs)
         self._signals.count += 1  # this batch trains, even if a guard drops its update
         self._last_loss = loss  # read (and synchronised) only by the status writer, 1/s
@@ -267,7 +284,16 @@ class TrainSession:
     # -- steps -----------------------------------------------------------------------------------
 
     def step(self, target: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(target, torch.optim.Optimizer):
+        if isinstance(target, _Optimizer):
+            stepping = self.stepping
+            if stepping.plain and not args and not kwargs and self.oom_guard.count == 1:
+                # `Stepping.optimizer_step`'s plain path, inline: one call less per step
+                optimizers = stepping.optimizers
+                if id(target) not in optimizers:
+                    optimizers[id(target)] = target
+                result = target.step()
+                self.accumulation.pending = 0
+                return result
             if args or kwargs:  # a closure (LBFGS): one step, however often it runs the closure
                 backwards = self._backwards
                 result = self.stepping.optimizer_step(target, args, kwargs)
@@ -278,12 +304,19 @@ class TrainSession:
             return self.stepping.scheduler_step(target, args, kwargs)
         return target.step(*args, **kwargs)
 
-    def _on_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        # Runs after every real optimizer step anywhere (hooks reach code the rewrite cannot
-        # see): keep it to one dict update and a flag.
-        self._step_counts[id(optimizer)] += 1
-        self._signals.count += 1
-        self.checkpoints.updated = True
+    def _step_hook(self) -> Callable[[torch.optim.Optimizer, Any, Any], None]:
+        """The optimizer step post hook: runs after every real optimizer step anywhere (hooks
+        reach code the rewrite cannot see). A closure over the three objects it updates, not a
+        bound method reading them from the session: next to a real step, where the session's
+        objects are out of the caches, each lookup saved shows (issue 14, round 4)."""
+        counts, signals, checkpoints = self._step_counts, self._signals, self.checkpoints
+
+        def on_optimizer_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            counts[id(optimizer)] += 1
+            signals.count += 1
+            checkpoints.updated = True
+
+        return on_optimizer_step
 
 
 _active: TrainSession | None = None

@@ -2,24 +2,30 @@
 Status files of runs in progress, for the sidebar: one small JSON file per run, rewritten about
 once a second by the live display's thread, atomically (temporary file, then `os.replace`), under
 Jupyter's runtime directory. The server lists them; a file whose process is gone is stale.
+
+When the run ends, `finish()` writes its outcome, duration and final metrics into
+`trainmate-ended/` (beside `trainmate-runs/`, same file name): the
+lab extension shows a toast for each ended run (see docs/sidebar.md); the server removes those
+files after `ENDED_KEEP_S`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import psutil
-
+from ..monitor.host import this_process
 from .files import write_text_atomically
-from .summary import RunProgress
+from .summary import RunProgress, RunSummary
 
 STATUS_SUBDIR = "trainmate-runs"
+ENDED_SUBDIR = "trainmate-ended"  # beside STATUS_SUBDIR
 
 
 def status_dir(runtime_dir: str | None = None) -> Path:
@@ -29,6 +35,9 @@ def status_dir(runtime_dir: str | None = None) -> Path:
 
         runtime_dir = jupyter_runtime_dir()
     return Path(runtime_dir) / STATUS_SUBDIR
+
+
+_PROGRESS_FIELDS = tuple(f.name for f in fields(RunProgress))
 
 
 class StatusWriter:
@@ -42,19 +51,31 @@ class StatusWriter:
         notebook: str | None,
         run_name: str,
         directory: Path | None = None,
+        notify_after: float | None = None,
     ) -> None:
         self._progress = progress
-        me = psutil.Process()
+        me = this_process()
         self._identity: dict[str, Any] = {
             "pid": me.pid,
             "pid_started": me.create_time(),  # with the pid: a reused pid is not this run
             "notebook": notebook,
             "run_name": run_name,
             "started": time.time(),
+            "notify_after": notify_after,  # --notify-after; None: the lab's setting decides
+            "cell_id": current_cell_id(),
         }
         self.directory = directory or status_dir()
         self.path = self.directory / f"{me.pid}-{int(self._identity['started'] * 1000)}.json"
         self.active = False
+
+    def follow(self, progress: Callable[[], RunProgress]) -> None:
+        """Show another run's progress from now on (a sweep's status file follows its trials)."""
+        self._progress = progress
+
+    def rename(self, run_name: str) -> None:
+        self._identity["run_name"] = run_name
+        if self.active:
+            self.write()
 
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -62,10 +83,81 @@ class StatusWriter:
         self.active = True
 
     def write(self) -> None:
-        status = {**self._identity, **asdict(self._progress()), "updated": time.time()}
+        progress = self._progress()  # flat: its fields directly (`asdict` deep-copies each one)
+        status = {**self._identity, **{n: getattr(progress, n) for n in _PROGRESS_FIELDS}}
+        status["updated"] = time.time()
         write_text_atomically(self.path, json.dumps(status))
 
     def stop(self) -> None:
         self.active = False
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+
+    def finish(self, summary: RunSummary, *, restarted: bool = False, quiet: bool = False) -> None:
+        """Write the ended run's record (`trainmate-ended/<same name>`) for the lab's toast.
+        `restarted`: an attempt that `--retries` restarts; `quiet`: a trial of a sweep whose
+        end is announced once (no toast or webhook for either)."""
+        self.ended(
+            outcome=summary.outcome,
+            wall_s=summary.wall_s,
+            metrics=summary.metrics,
+            steps=summary.steps,
+            epochs=summary.epochs,
+            samples_per_s=summary.samples_per_s,
+            restarted=restarted,
+            quiet=quiet,
+        )
+
+    def ended(
+        self,
+        *,
+        outcome: str,
+        wall_s: float,
+        metrics: dict[str, float],
+        steps: int,
+        epochs: int,
+        samples_per_s: float = 0.0,
+        restarted: bool = False,
+        quiet: bool = False,
+        **more: Any,
+    ) -> None:
+        """The ended record of `finish` from its facts (a sweep's: its trials as its epochs)."""
+        ended = {
+            **self._identity,
+            "id": self.path.stem,
+            "outcome": outcome,
+            "ended": time.time(),
+            "wall_s": wall_s,
+            "steps": steps,
+            "epochs": epochs,
+            "samples_per_s": samples_per_s,
+            "metrics": metrics,
+            "last_loss": self._progress().last_loss,
+            "restarted": restarted,
+            "quiet": quiet,
+            **more,
+        }
+        folder = ended_dir(self.directory)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(folder / self.path.name, json.dumps(ended))
+
+
+def ended_dir(directory: Path) -> Path:
+    """Where the runs whose status files are in `directory` leave their ended records."""
+    return directory.parent / ENDED_SUBDIR
+
+
+def current_cell_id() -> str | None:
+    """The id of the cell being run, from the execute request's metadata (JupyterLab sends
+    `cellId`); None outside a kernel or from a client that does not send it."""
+    if "IPython" not in sys.modules:  # no shell in this process (a `--procs` worker)
+        return None
+    try:
+        from IPython import get_ipython
+
+        kernel = getattr(get_ipython(), "kernel", None)
+        parent = kernel.get_parent() if kernel is not None else None  # ipykernel >= 6
+    except Exception:
+        return None
+    cell_id = (parent or {}).get("metadata", {}).get("cellId")
+    return cell_id if isinstance(cell_id, str) else None

@@ -63,8 +63,9 @@ class Stepping:
         self._unscaled: set[int] = set()
         self.update_pending = False  # a scaler.step() ran: update() before the next scale()
         # a step with nothing to decide: no scaler, accumulation, guard or clipping (checked
-        # once here; a micro-batch after out-of-memory is checked per step)
-        self._plain = (
+        # once here; a micro-batch after out-of-memory is checked per step; the session's
+        # `step()` takes this path inline)
+        self.plain = (
             scaler is None
             and accumulation.every == 1
             and not guards.watch_losses
@@ -142,7 +143,7 @@ class Stepping:
     def optimizer_step(
         self, optimizer: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        if self._plain and self._micro.count == 1 and not args and not kwargs:
+        if self.plain and self._micro.count == 1 and not args and not kwargs:
             if id(optimizer) not in self.optimizers:
                 self.optimizers[id(optimizer)] = optimizer
             result = optimizer.step()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..explain.kinds import Explanation
+
 Outcome = Literal["finished", "interrupted", "failed", "stopped early"]
 SamplesSource = Literal["loader", "batch dim 0", "none"]
 """How a run's samples were counted: exactly from a DataLoader's batch size and sampler, from the
@@ -19,7 +21,8 @@ class RunSummary:
     `steps` are the batches (micro-batches under `--accumulate`) that trained: a batch counts when
     a backward() or an optimizer step happened while it was in hand, so validation batches do not.
     `optimizer_steps` are real updates. `epochs` are passes over the training data that trained.
-    `samples_source` says how samples were counted (see `SamplesSource`).
+    `samples_source` says how samples were counted (see `SamplesSource`). `error` explains a
+    failed run (`kind`, `message`, `cause`, `advice`; see `jupyter_trainmate.explain`).
     """
 
     outcome: Outcome
@@ -43,6 +46,7 @@ class RunSummary:
     instrumented: tuple[str, ...] = field(default=())
     left_alone: tuple[str, ...] = field(default=())
     samples_source: SamplesSource = "loader"
+    error: Explanation | None = None  # why the run failed: kind, message, cause, advice
 
     @property
     def samples_per_s(self) -> float:

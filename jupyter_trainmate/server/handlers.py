@@ -23,7 +23,8 @@ from ..monitor import GpuSource
 from ..monitor.fake import ENV_VAR, FakeGpuSource
 from ..monitor.host import HostSource
 from ..monitor.nvml import NvmlSource
-from .runs import list_runs
+from .gpu_processes import sample_gpu_memory, server_kernels
+from .runs import list_ended, list_runs
 
 NAMESPACE = "trainmate/api"
 MAX_AGE_S = 0.5
@@ -65,6 +66,11 @@ class MetricsState:
             "runs": [self._with_api_path(run) for run in list_runs(self.runs_dir)],
         }
 
+    async def ended(self) -> list[dict[str, Any]]:
+        """The runs that ended lately (what the lab's notifications poll: no GPU query)."""
+        found = await asyncio.to_thread(list_ended, self.runs_dir)
+        return [self._with_api_path(run) for run in found]
+
     async def metrics(self) -> dict[str, Any]:
         async with self._lock:
             if self._cached is None or time.monotonic() - self._cached_at > MAX_AGE_S:
@@ -91,9 +97,52 @@ class MetricsHandler(APIHandler):
         self.finish(json.dumps(await state.metrics()))
 
 
+class EndedHandler(APIHandler):
+    """`GET /trainmate/api/ended`: the `%%train` runs that ended in the last minutes, with their
+    outcome, duration and final metrics (the lab shows a notification for each new one)."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        state: MetricsState = self.settings["trainmate"]
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps({"ended": await state.ended()}))
+
+
+class GpuProcessesHandler(APIHandler):
+    """`GET /trainmate/api/gpu-processes`: GPU memory by notebook (this server's kernels, with
+    their notebook, state and last activity) and the other processes holding GPU memory."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        state: MetricsState = self.settings["trainmate"]
+        kernels = await server_kernels(self.kernel_manager, self.session_manager)
+        found = await asyncio.to_thread(sample_gpu_memory, state.gpu, kernels)
+        gpu = (await state.metrics())["gpu"]
+        self.set_header("Cache-Control", "no-store")
+        self.finish(
+            json.dumps(
+                {
+                    "available": gpu["available"],
+                    "source": gpu["source"],
+                    "reason": gpu["reason"],
+                    "gpus": [
+                        {
+                            k: g[k]
+                            for k in ("index", "name", "memory_used_bytes", "memory_total_bytes")
+                        }
+                        for g in gpu["gpus"]
+                    ],
+                    **found,
+                }
+            )
+        )
+
+
 def handlers(base_url: str) -> list[tuple[str, type[APIHandler]]]:
     """The URL patterns of the extension under the server's `base_url`."""
     return [
         (url_path_join(base_url, NAMESPACE, "version"), VersionHandler),
         (url_path_join(base_url, NAMESPACE, "metrics"), MetricsHandler),
+        (url_path_join(base_url, NAMESPACE, "gpu-processes"), GpuProcessesHandler),
+        (url_path_join(base_url, NAMESPACE, "ended"), EndedHandler),
     ]

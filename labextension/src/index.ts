@@ -3,8 +3,11 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
+import { DEFAULT_INTERVAL_MS } from './model';
+import { DEFAULT_NOTIFY_SETTINGS, INotifySettings, RunNotifier } from './notifications';
 import { TrainmatePanel } from './widget';
 
 const ICON_SVG =
@@ -17,27 +20,63 @@ export const trainmateIcon = new LabIcon({
   svgstr: ICON_SVG
 });
 
-/** Adds the trainmate panel to the right sidebar. */
-const plugin: JupyterFrontEndPlugin<void> = {
-  id: 'jupyter-trainmate:sidebar',
-  description: 'GPU/host metrics and %%train runs in progress, in the sidebar.',
+const SIDEBAR_ID = 'jupyter-trainmate:sidebar';
+const NOTIFICATIONS_ID = 'jupyter-trainmate:notifications';
+
+/** Adds the trainmate panel to the right sidebar; its refresh interval is a setting. */
+const sidebar: JupyterFrontEndPlugin<void> = {
+  id: SIDEBAR_ID,
+  description: 'GPU/host metrics, GPU memory by notebook and %%train runs in progress, in the sidebar.',
   autoStart: true,
   requires: [ILabShell],
-  activate: (app: JupyterFrontEnd, shell: ILabShell): void => {
+  optional: [ISettingRegistry],
+  activate: (app: JupyterFrontEnd, shell: ILabShell, registry: ISettingRegistry | null): void => {
     const panel = new TrainmatePanel(path => {
       void app.commands.execute('docmanager:open', { path });
-    });
+    }, app.serviceManager.kernels);
     panel.title.icon = trainmateIcon;
     shell.add(panel, 'right', { rank: 600 });
-    // Stop polling while the browser tab itself is hidden, too.
-    document.addEventListener('visibilitychange', () => {
-      if (document.hidden) {
-        panel.poller.pause();
-      } else if (panel.isVisible) {
-        panel.poller.start();
-      }
-    });
+    panel.poller.interval = DEFAULT_INTERVAL_MS;
+    if (registry) {
+      void registry.load(SIDEBAR_ID).then(settings => {
+        const apply = (): void => {
+          panel.poller.interval = settings.get('refreshInterval').composite as number;
+        };
+        apply();
+        settings.changed.connect(apply);
+      });
+    }
   }
 };
 
-export default plugin;
+/** Toasts (and system notifications) when a %%train run ends; the settings say when. */
+const notifications: JupyterFrontEndPlugin<void> = {
+  id: NOTIFICATIONS_ID,
+  description: 'A notification when a %%train run ends, from the run status the server lists.',
+  autoStart: true,
+  optional: [ISettingRegistry],
+  activate: (app: JupyterFrontEnd, registry: ISettingRegistry | null): void => {
+    const notifier = new RunNotifier(app);
+    if (!registry) {
+      notifier.settings = DEFAULT_NOTIFY_SETTINGS;
+      return;
+    }
+    void registry
+      .load(NOTIFICATIONS_ID)
+      .then(settings => {
+        const apply = (): void => {
+          notifier.settings = {
+            ...DEFAULT_NOTIFY_SETTINGS,
+            ...(settings.composite as Partial<INotifySettings>)
+          };
+        };
+        apply();
+        settings.changed.connect(apply);
+      })
+      .catch(() => {
+        notifier.settings = DEFAULT_NOTIFY_SETTINGS;
+      });
+  }
+};
+
+export default [sidebar, notifications];

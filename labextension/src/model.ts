@@ -1,3 +1,5 @@
+import { Poll } from '@lumino/polling';
+
 import { requestAPI } from './request';
 
 /** One GPU as `GET /trainmate/api/metrics` reports it (null: not reported by the driver). */
@@ -51,73 +53,124 @@ export interface IMetrics {
   runs: IRun[];
 }
 
+/** A `%%train` run that ended lately (the server keeps them ten minutes). */
+export interface IEndedRun {
+  id: string;
+  pid: number;
+  notebook: string | null;
+  path: string | null;
+  cell_id: string | null;
+  run_name: string;
+  notify_after: number | null;
+  outcome: 'finished' | 'stopped early' | 'failed' | 'interrupted';
+  started: number;
+  ended: number;
+  wall_s: number;
+  steps: number;
+  epochs: number;
+  metrics: { [name: string]: number };
+  last_loss: number | null;
+  /** A sweep's one notice (its trials raise none): its study and trials run. */
+  sweep?: { study: string; trials: number };
+}
+
+/** One kernel of this server holding GPU memory (`GET /trainmate/api/gpu-processes`). */
+export interface INotebookMemory {
+  kernel_id: string;
+  kernel_name: string;
+  path: string | null;
+  execution_state: string;
+  last_activity: number | null;
+  used_bytes: number | null;
+  gpus: { gpu: number; used_bytes: number | null }[];
+  pids: number[];
+}
+
+export interface IGpuProcesses {
+  available: boolean;
+  source: string;
+  reason: string;
+  gpus: { index: number; name: string; memory_used_bytes: number; memory_total_bytes: number }[];
+  notebooks: INotebookMemory[];
+  others: { gpu: number; pid: number; used_bytes: number | null; command: string }[];
+}
+
 /** Samples of GPU utilisation kept for each card's sparkline. */
 export const HISTORY = 60;
 
+/** What the panel draws from: both answers of one poll tick. */
+export interface IPanelData {
+  metrics: IMetrics;
+  processes: IGpuProcesses;
+}
+
 export type PollState =
   | { kind: 'loading' }
-  | { kind: 'ok'; metrics: IMetrics }
-  | { kind: 'error'; message: string; retryInS: number; last: IMetrics | null };
+  | { kind: 'ok'; data: IPanelData }
+  | { kind: 'error'; message: string; retryInS: number; last: IPanelData | null };
+
+/** Polling defaults; the interval is the `refreshInterval` setting of the sidebar plugin. */
+export const DEFAULT_INTERVAL_MS = 2000;
+export const MAX_INTERVAL_MS = 30000;
 
 /**
- * Polls the metrics endpoint: every `intervalMs` while visible, backing off (doubling, up to
- * `maxIntervalMs`) after errors, and not at all while paused (the panel is hidden). Plain HTTP
- * polling on purpose: WebSockets break behind some proxies.
+ * Polls the metrics and GPU-process endpoints with Lumino's `Poll`: every `interval` ms while
+ * the panel is shown and the browser tab visible (standby otherwise), with backoff after errors
+ * up to `MAX_INTERVAL_MS`. Plain HTTP polling on purpose: WebSockets break behind some proxies.
  */
-export class MetricsPoller {
+export class MetricsPoll {
   constructor(
     private readonly onChange: (state: PollState) => void,
-    private readonly intervalMs = 2000,
-    private readonly maxIntervalMs = 30000
-  ) {}
+    shown: () => boolean
+  ) {
+    this.poll = new Poll<IPanelData, unknown>({
+      auto: true,
+      name: 'jupyter-trainmate:metrics',
+      factory: () => this._fetch(),
+      frequency: { interval: DEFAULT_INTERVAL_MS, backoff: true, max: MAX_INTERVAL_MS },
+      standby: () => !shown() || 'when-hidden'
+    });
+    this.poll.ticked.connect((_, state) => {
+      if (state.phase === 'rejected') {
+        const error = state.payload;
+        this.onChange({
+          kind: 'error',
+          message: error instanceof Error ? error.message : String(error),
+          retryInS: Math.round(state.interval / 1000),
+          last: this._last
+        });
+      }
+    });
+  }
 
+  readonly poll: Poll<IPanelData, unknown>;
   readonly history = new Map<string, number[]>();
 
-  get running(): boolean {
-    return this._running;
+  /** The interval between two requests, in ms (the setting). */
+  set interval(ms: number) {
+    const interval = Math.max(500, Math.min(ms, MAX_INTERVAL_MS));
+    this.poll.frequency = { interval, backoff: true, max: MAX_INTERVAL_MS };
   }
 
-  start(): void {
-    if (this._running) {
-      return;
-    }
-    this._running = true;
-    void this._tick();
+  /** Ask now (the panel was just shown, or an action changed the kernels). */
+  refresh(): void {
+    void this.poll.refresh();
   }
 
-  pause(): void {
-    this._running = false;
-    if (this._timer !== undefined) {
-      window.clearTimeout(this._timer);
-      this._timer = undefined;
-    }
+  dispose(): void {
+    this.poll.dispose();
   }
 
-  private async _tick(): Promise<void> {
-    this._timer = undefined;
-    if (!this._running) {
-      return;
-    }
-    let delay = this.intervalMs;
-    try {
-      const metrics = await requestAPI<IMetrics>('metrics');
-      this._failures = 0;
-      this._last = metrics;
-      this._remember(metrics);
-      this.onChange({ kind: 'ok', metrics });
-    } catch (error) {
-      this._failures += 1;
-      delay = Math.min(this.maxIntervalMs, this.intervalMs * 2 ** this._failures);
-      this.onChange({
-        kind: 'error',
-        message: error instanceof Error ? error.message : String(error),
-        retryInS: Math.round(delay / 1000),
-        last: this._last
-      });
-    }
-    if (this._running) {
-      this._timer = window.setTimeout(() => void this._tick(), delay);
-    }
+  private async _fetch(): Promise<IPanelData> {
+    const [metrics, processes] = await Promise.all([
+      requestAPI<IMetrics>('metrics'),
+      requestAPI<IGpuProcesses>('gpu-processes')
+    ]);
+    const data = { metrics, processes };
+    this._last = data;
+    this._remember(metrics);
+    this.onChange({ kind: 'ok', data });
+    return data;
   }
 
   private _remember(metrics: IMetrics): void {
@@ -131,8 +184,5 @@ export class MetricsPoller {
     }
   }
 
-  private _running = false;
-  private _failures = 0;
-  private _timer: number | undefined = undefined;
-  private _last: IMetrics | null = null;
+  private _last: IPanelData | null = null;
 }

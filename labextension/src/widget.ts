@@ -1,7 +1,17 @@
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Kernel } from '@jupyterlab/services';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { IGpu, IMetrics, IRun, MetricsPoller, PollState } from './model';
+import {
+  IGpu,
+  IGpuProcesses,
+  IMetrics,
+  INotebookMemory,
+  IRun,
+  MetricsPoll,
+  PollState
+} from './model';
 import { IVersionInfo, requestAPI } from './request';
 
 const GiB = 1024 ** 3;
@@ -47,7 +57,23 @@ function sparkline(values: number[]): SVGSVGElement {
   return svg;
 }
 
-function duration(seconds: number): string {
+export function gib(bytes: number | null): string {
+  return bytes === null ? '? GiB' : `${(bytes / GiB).toFixed(1)} GiB`;
+}
+
+function basename(path: string): string {
+  return path.split('/').pop() ?? path;
+}
+
+/** What the GPU-memory actions do, and the words their dialog and button use. */
+type KernelAction = 'interrupt' | 'restart' | 'shutdown';
+const ACTIONS: { [K in KernelAction]: { label: string; verb: string; warn: boolean } } = {
+  interrupt: { label: 'Interrupt', verb: 'Interrupt', warn: false },
+  restart: { label: 'Restart', verb: 'Restart', warn: true },
+  shutdown: { label: 'Shut down', verb: 'Shut down', warn: true }
+};
+
+export function duration(seconds: number): string {
   const s = Math.round(seconds);
   if (s < 60) {
     return `${s}s`;
@@ -64,7 +90,10 @@ function duration(seconds: number): string {
  * Polls only while shown; a server error is shown as a state, with the last good data kept.
  */
 export class TrainmatePanel extends Widget {
-  constructor(private readonly openNotebook: (path: string) => void) {
+  constructor(
+    private readonly openNotebook: (path: string) => void,
+    private readonly kernels: Kernel.IManager
+  ) {
     super();
     this.id = 'jupyter-trainmate-panel';
     this.addClass('jp-TrainmatePanel');
@@ -74,10 +103,13 @@ export class TrainmatePanel extends Widget {
     this._status = el('div', 'jp-TrainmatePanel-status', 'Loading metrics…');
     this._body = el('div', 'jp-TrainmatePanel-body');
     this.node.append(heading, this._version, this._status, this._body);
-    this.poller = new MetricsPoller(state => this._render(state));
+    this.poller = new MetricsPoll(
+      state => this._render(state),
+      () => this.isVisible
+    );
   }
 
-  readonly poller: MetricsPoller;
+  readonly poller: MetricsPoll;
 
   /** Ask the server for its version; show an error state instead of a blank panel on failure. */
   async refreshVersion(): Promise<void> {
@@ -93,15 +125,58 @@ export class TrainmatePanel extends Widget {
 
   protected onAfterShow(_msg: Message): void {
     void this.refreshVersion();
-    this.poller.start();
+    this.poller.refresh();
   }
 
-  protected onAfterHide(_msg: Message): void {
-    this.poller.pause();
+  dispose(): void {
+    this.poller.dispose();
+    super.dispose();
   }
 
-  protected onBeforeDetach(_msg: Message): void {
-    this.poller.pause();
+  /**
+   * Interrupt, restart or shut down a kernel holding GPU memory, after a confirmation, through
+   * Jupyter's own kernel API (the open notebook sees the change as if done from its toolbar).
+   */
+  async kernelAction(action: KernelAction, notebook: INotebookMemory): Promise<void> {
+    const what = notebook.path ?? `kernel ${notebook.kernel_id}`;
+    const { label, verb, warn } = ACTIONS[action];
+    const busy = notebook.execution_state === 'busy' ? ' It is running code right now.' : '';
+    const frees =
+      action === 'interrupt'
+        ? 'The running cell stops; the kernel keeps its variables and its GPU memory.'
+        : `Its variables are lost and its ${gib(notebook.used_bytes)} of GPU memory freed.`;
+    const result = await showDialog({
+      title: `${verb} the kernel of ${basename(what)}?`,
+      body: `${what} (${notebook.kernel_name}).${busy} ${frees}`,
+      buttons: [
+        Dialog.cancelButton(),
+        warn ? Dialog.warnButton({ label }) : Dialog.okButton({ label })
+      ]
+    });
+    if (!result.button.accept) {
+      return;
+    }
+    try {
+      if (action === 'shutdown') {
+        await this.kernels.shutdown(notebook.kernel_id);
+      } else {
+        const connection = this.kernels.connectTo({
+          model: { id: notebook.kernel_id, name: notebook.kernel_name }
+        });
+        try {
+          await (action === 'interrupt' ? connection.interrupt() : connection.restart());
+        } finally {
+          connection.dispose();
+        }
+      }
+    } catch (error) {
+      await showDialog({
+        title: `${verb} failed`,
+        body: String(error),
+        buttons: [Dialog.okButton()]
+      });
+    }
+    this.poller.refresh();
   }
 
   private _render(state: PollState): void {
@@ -113,12 +188,15 @@ export class TrainmatePanel extends Widget {
     if (state.kind === 'loading') {
       return;
     }
-    const m = state.metrics;
+    const m = state.data.metrics;
     this._status.dataset.state = 'ok';
     this._status.textContent = m.gpu.available
       ? `${m.gpu.gpus.length} GPU(s), driver ${m.gpu.driver_version}${m.gpu.source === 'fake' ? ' (fake GPU source)' : ''}`
       : `No GPU data: ${m.gpu.reason}`;
     const body: HTMLElement[] = m.gpu.gpus.map(gpu => this._gpuCard(gpu));
+    if (state.data.processes.available) {
+      body.push(this._gpuMemory(state.data.processes)); // no GPU: the status line says why
+    }
     body.push(this._hostCard(m));
     body.push(this._runs(m.runs));
     this._body.replaceChildren(...body);
@@ -151,6 +229,73 @@ export class TrainmatePanel extends Widget {
     }
     card.append(el('div', 'jp-TrainmatePanel-facts', facts.join(' · ')));
     return card;
+  }
+
+  /** GPU memory by notebook: this server's kernels holding memory, then the other processes. */
+  private _gpuMemory(found: IGpuProcesses): HTMLElement {
+    const section = el('div', 'jp-TrainmatePanel-card jp-TrainmatePanel-memory');
+    section.append(el('div', 'jp-TrainmatePanel-cardTitle', 'GPU memory by notebook'));
+    if (found.notebooks.length === 0) {
+      section.append(el('div', 'jp-TrainmatePanel-empty', 'No kernel of this server holds GPU memory'));
+    }
+    const now = Date.now() / 1000;
+    for (const notebook of found.notebooks) {
+      const row = el('div', 'jp-TrainmatePanel-holder');
+      row.dataset.kernelId = notebook.kernel_id;
+      row.dataset.state = notebook.execution_state;
+      const path = notebook.path;
+      const name = el(
+        'div',
+        'jp-TrainmatePanel-holderName',
+        path ? basename(path) : `${notebook.kernel_name} kernel ${notebook.kernel_id.slice(0, 8)}`
+      );
+      if (path) {
+        name.classList.add('jp-mod-openable');
+        name.title = `Open ${path}`;
+        name.addEventListener('click', () => this.openNotebook(path));
+      }
+      row.append(name);
+      const perGpu =
+        found.gpus.length > 1
+          ? ' (' + notebook.gpus.map(g => `GPU ${g.gpu}: ${gib(g.used_bytes)}`).join(', ') + ')'
+          : '';
+      const since =
+        notebook.last_activity !== null
+          ? ` for ${duration(Math.max(0, now - notebook.last_activity))}`
+          : '';
+      row.append(
+        el(
+          'div',
+          'jp-TrainmatePanel-holderStats',
+          `${gib(notebook.used_bytes)}${perGpu} · ${notebook.execution_state}${since}`
+        )
+      );
+      const actions = el('div', 'jp-TrainmatePanel-holderActions');
+      for (const action of ['interrupt', 'restart', 'shutdown'] as KernelAction[]) {
+        const button = el('button', 'jp-TrainmatePanel-action', ACTIONS[action].label);
+        button.dataset.action = action;
+        button.disabled = action === 'interrupt' && notebook.execution_state !== 'busy';
+        button.title = `${ACTIONS[action].verb} this kernel (asks first)`;
+        button.addEventListener('click', () => void this.kernelAction(action, notebook));
+        actions.append(button);
+      }
+      row.append(actions);
+      section.append(row);
+    }
+    if (found.others.length > 0) {
+      section.append(el('div', 'jp-TrainmatePanel-subtitle', 'Other processes'));
+      for (const other of found.others) {
+        const row = el(
+          'div',
+          'jp-TrainmatePanel-other',
+          `pid ${other.pid} · GPU ${other.gpu} · ${gib(other.used_bytes)} · ${other.command}`
+        );
+        row.title = other.command;
+        row.dataset.pid = String(other.pid);
+        section.append(row);
+      }
+    }
+    return section;
   }
 
   private _hostCard(m: IMetrics): HTMLElement {

@@ -16,6 +16,15 @@
   name the notebook never defines (pre-existing: listed, the package still imports), a default
   value that is notebook state (`def described(v=vocab)`), a module imported inside `try:`.
 All three run on a CPU in a second, without torch: `--execute --check-equivalence` tests them.
+- `ddp_mlp.ipynb`: a tiny MLP on synthetic data with a fixed seed and an unshuffled loader, its
+  loop in a plain cell: the refactored package under `torchrun --nproc-per-node 2` with batch B
+  must end with the weights one process reaches with batch 2B (`test_refactor_distributed.py`).
+- `corpus_imports.ipynb`: `from IPython.core.display import display` (IPython 9 no longer has
+  it there; the real-notebook corpus's sksq96 VAE): the package imports it from `IPython.display`.
+- `corpus_property.ipynb`: a `@property` whose own code fails mypy (pytorch_tabular's tutorial
+  04): its `@no_type_check` must go under `@property`, or the class fails to build on import.
+- `sweep_mlp.ipynb`: a `%%train --sweep 3` cell choosing its learning rate with `suggest()`: the
+  refactored package's `sweep` and `train` commands (`test_refactor_sweep.py`).
 """
 
 from __future__ import annotations
@@ -536,10 +545,163 @@ def dataflow_names() -> None:
     )
 
 
+def ddp_mlp() -> None:
+    save(
+        "ddp_mlp.ipynb",
+        [
+            md("# Tiny MLP\nSynthetic regression, small enough to train data-parallel on CPUs."),
+            code(
+                "import torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader, TensorDataset"
+            ),
+            code("SEED = 0\nN_SAMPLES = 256\nBATCH_SIZE = 32\nEPOCHS = 3\nLR = 0.1"),
+            code('CHECKPOINT = "mlp.pt"'),
+            md("## Data"),
+            code(
+                "g = torch.Generator().manual_seed(SEED)\n"
+                "x = torch.randn(N_SAMPLES, 8, generator=g)\n"
+                "y = torch.sin(x @ torch.randn(8, 1, generator=g))\n"
+                "loader = DataLoader(TensorDataset(x, y), batch_size=BATCH_SIZE, shuffle=False)"
+            ),
+            md("## Model"),
+            code(
+                'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+                "torch.manual_seed(SEED)\n"
+                "model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1)).to(device)\n"
+                "optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)\n"
+                "loss_fn = nn.MSELoss()"
+            ),
+            md("## Training"),
+            code(
+                "history = []\n"
+                "for epoch in range(EPOCHS):\n"
+                "    for xb, yb in loader:\n"
+                "        xb, yb = xb.to(device), yb.to(device)\n"
+                "        optimizer.zero_grad()\n"
+                "        loss = loss_fn(model(xb), yb)\n"
+                "        loss.backward()\n"
+                "        optimizer.step()\n"
+                "        history.append(loss.item())\n"
+                '    print(f"epoch {epoch}: loss {loss.item():.5f}")'
+            ),
+            md("## Saving"),
+            code("torch.save(model.state_dict(), CHECKPOINT)"),
+        ],
+    )
+
+
+def types_untyped_data() -> None:
+    """Tensors from a module the refactor has no types for (a data set's `.data`), recognised by
+    the methods only tensors have (`.view(-1, 16)` with sizes, `.long()`, `.unsqueeze(0)`)."""
+    save(
+        "types_untyped_data.ipynb",
+        [
+            md("# Untyped data\nA data set from a helper module the refactor cannot see into."),
+            code(
+                "%%writefile digits.py\nimport torch\n\n\nclass Digits:\n"
+                "    data = torch.rand(10, 4, 4)\n    targets = torch.arange(10) % 2\n"
+            ),
+            code("import torch\nfrom digits import Digits"),
+            md("## Data"),
+            code(
+                "ds = Digits()\nx_train = ds.data[:8].view(-1, 16)\n"
+                "y_train = ds.targets[:8].long()\nfirst = ds.data[0].unsqueeze(0)"
+            ),
+            md("## Model"),
+            code(
+                "def fit(x, y, epochs=2):\n    w = torch.zeros(16, requires_grad=True)\n"
+                "    for _ in range(epochs):\n        loss = ((x @ w) - y.float()).pow(2).mean()\n"
+                "        loss.backward()\n    return loss.item()"
+            ),
+            code("def peek(image):\n    return image.shape"),
+            code("final = fit(x_train, y_train)\nshape = peek(first)"),
+        ],
+    )
+
+
+def sweep_mlp() -> None:
+    save(
+        "sweep_mlp.ipynb",
+        [
+            md("# Learning-rate sweep\nA linear model on synthetic data, its `lr` searched."),
+            code("import jupyter_trainmate\nimport torch\nfrom torch import nn"),
+            code("SEED = 0\nEPOCHS = 2"),
+            md("## Data"),
+            code(
+                "g = torch.Generator().manual_seed(SEED)\n"
+                "x = torch.randn(64, 4, generator=g)\n"
+                "y = x @ torch.randn(4, 1, generator=g)\n"
+                "batches = [(x[i : i + 16], y[i : i + 16]) for i in range(0, 48, 16)]\n"
+                "x_val, y_val = x[48:], y[48:]"
+            ),
+            md("## Training"),
+            code(
+                "%%train --sweep 3 --monitor val_loss --mode min --seed 0\n"
+                'lr = jupyter_trainmate.suggest("lr", 1e-3, 1e-1, log=True)\n'
+                "torch.manual_seed(SEED)\n"
+                "model = nn.Linear(4, 1)\n"
+                "optimizer = torch.optim.SGD(model.parameters(), lr=lr)\n"
+                "for epoch in range(EPOCHS):\n"
+                "    for xb, yb in batches:\n"
+                "        optimizer.zero_grad()\n"
+                "        loss = nn.functional.mse_loss(model(xb), yb)\n"
+                "        loss.backward()\n"
+                "        optimizer.step()\n"
+                "    with torch.no_grad():\n"
+                "        val_loss = nn.functional.mse_loss(model(x_val), y_val).item()\n"
+                "    jupyter_trainmate.log(val_loss=val_loss)"
+            ),
+            code('print("trained with lr", lr, "val_loss", val_loss)'),
+        ],
+    )
+
+
+def corpus_imports() -> None:
+    """An import path IPython 9 removed (`from IPython.core.display import display`, as
+    sksq96/pytorch-vae has it): the package imports `display` from `IPython.display`."""
+    save(
+        "corpus_imports.ipynb",
+        [
+            md("# Old IPython imports\nA notebook written for IPython 7."),
+            code(
+                "import math\nfrom IPython.display import HTML\n"
+                "from IPython.core.display import display, clear_output"
+            ),
+            md("## Numbers"),
+            code("radius = 2.0\narea = math.pi * radius**2"),
+            md("## Show"),
+            code("clear_output()\ndisplay(HTML(f'<b>{area:.2f}</b>'))"),
+        ],
+    )
+
+
+def corpus_property() -> None:
+    """A property whose own code fails mypy (pytorch_tabular's tutorial 04: `backbone`): the
+    refactor's `@no_type_check` goes under `@property`, or building the class raises."""
+    save(
+        "corpus_property.ipynb",
+        [
+            md("# A property mypy rejects"),
+            code(
+                "class Box:\n    def __init__(self, size):\n        self._size = size\n\n"
+                "    @property\n    def label(self):\n        parts = [1, 2]\n"
+                "        parts.append('x')\n        return 'box'\n\n"
+                "    def area(self):\n        return self._size * self._size"
+            ),
+            md("## Use"),
+            code("box = Box(3)\nname = box.label\nsurface = box.area()"),
+        ],
+    )
+
+
 if __name__ == "__main__":
+    corpus_property()
+    corpus_imports()
+    sweep_mlp()
+    ddp_mlp()
     dataflow_versions()
     dataflow_globals()
     dataflow_names()
+    types_untyped_data()
     kitchen_sink()
     realistic()
     nbdev_style()

@@ -1,0 +1,125 @@
+"""`trainmate refactor` on the classes of undefined names (`F821`) the real-notebook corpus still
+showed on main (BENCHMARKS.md, "The whole corpus on main after the torchrun wiring"): each a
+small notebook of our own, refactored statically; the package passes the gate (`ruff check
+--select E9,F63,F7,F82,F811`, the refactor's own and the same command here) and its modules import
+quietly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from refactor.output import ruff
+from tests.test_refactor_dataflow import code_of, imports_quietly, trainmate
+
+GATE = "E9,F63,F7,F82,F811"
+
+
+def refactored(tmp_path: Path, name: str, cells: list[nbformat.NotebookNode]) -> Path:
+    notebook = tmp_path / f"{name}.ipynb"
+    nbformat.write(new_notebook(cells=cells), notebook)
+    out = tmp_path / "out"
+    proc = trainmate("refactor", notebook, "-o", out, "--no-docs")
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def gate_findings(out: Path) -> list[str]:
+    """The gate on everything the refactor wrote (the package and the notebook's own files)."""
+    proc = subprocess.run(
+        [ruff(), "check", "--isolated", "--no-cache", "--select", GATE, "--output-format",
+         "json", "--exit-zero", "."],
+        cwd=out, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return [f"{f['filename']}: {f['code']} {f['message']}" for f in json.loads(proc.stdout)]
+
+
+def test_an_exception_name_is_not_state_after_its_handler(tmp_path: Path) -> None:
+    """`except Exception as ex:` binds `ex` only inside the handler (Python deletes it there):
+    the section function must not return it (DTU 7.2's `ex`, an F821 in `return ..., ex`)."""
+    out = refactored(
+        tmp_path,
+        "handler",
+        [
+            new_markdown_cell("# Handler\n## Setup"),
+            new_code_cell(
+                "try:\n    from fractions import Fraction\nexcept Exception as ex:\n"
+                "    print(ex)\nhalf = Fraction(1, 2)"
+            ),
+            new_code_cell("value = float(half) * 2"),
+        ],
+    )
+    assert gate_findings(out) == []
+    assert "gate: 0 (" in (out / "REFACTOR_REPORT.md").read_text()
+    train = code_of(out, "handler")["train.py"]
+    assert "ex, " not in train
+    assert ", ex" not in train
+    for module in code_of(out, "handler"):
+        imports_quietly(out, "handler", module.removesuffix(".py"), tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-c", "from handler.train import run; from handler.config import "
+         "Config; print(run(Config())['value'])"],
+        cwd=out, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert (run.returncode, run.stdout) == (0, "1.0\n"), run.stderr
+
+
+def test_a_written_python_file_gets_the_notebook_imports_it_reads(tmp_path: Path) -> None:
+    """A `%%writefile` script the notebook runs with `%run -i` reads the notebook's imports
+    (PyTorchStepByStep 2.1's `model_configuration/v4.py` reads `torch`, `nn`, `optim`): the
+    package's copy imports them itself, and the rest of it is as the notebook wrote it."""
+    body = "rate = Fr(1, 4)\nangle = math.pi * float(rate)\n"
+    out = refactored(
+        tmp_path,
+        "written",
+        [
+            new_markdown_cell("# Written\n## Setup"),
+            new_code_cell("import math\nimport os\nfrom fractions import Fraction as Fr"),
+            new_code_cell(f"%%writefile settings/v1.py\n{body}"),
+            new_code_cell("%%writefile settings/notes.txt\nrate = Fr(1, 4)\n"),
+            new_code_cell("%run -i settings/v1.py"),
+            new_code_cell("value = math.cos(0.0) + len(os.sep)"),
+        ],
+    )
+    assert gate_findings(out) == []
+    written = (out / "settings" / "v1.py").read_text()
+    assert written.endswith("import math\nfrom fractions import Fraction as Fr\n\n" + body)
+    assert "import os" not in written  # only what the file reads
+    assert (out / "settings" / "notes.txt").read_text() == "rate = Fr(1, 4)\n"  # not Python
+    run = subprocess.run(
+        [sys.executable, "-c", "exec(open('settings/v1.py').read()); print(angle)"],
+        cwd=out, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert (run.returncode, run.stdout) == (0, "0.7853981633974483\n"), run.stderr
+
+
+def test_a_name_deleted_in_its_own_section_is_not_returned(tmp_path: Path) -> None:
+    """`df = pd.read_csv(...)`, `df.head()`, then `del df` (stat453 L15's F821 `df` in
+    `return df`): the section ends without it, and the sections after it still get theirs."""
+    out = refactored(
+        tmp_path,
+        "deleted",
+        [
+            new_markdown_cell("# Deleted\n## Data"),
+            new_code_cell("rows = sorted([3, 1, 2])\nrows[:2]"),
+            new_code_cell("del rows"),
+            new_code_cell("kept = sorted([2, 1])\ndel kept\nkept = [0]"),
+            new_markdown_cell("## Model"),
+            new_code_cell("weights = [0.5, 0.25]\ntotal = sum(weights) + len(kept)"),
+        ],
+    )
+    assert gate_findings(out) == []
+    assert "gate: 0 (" in (out / "REFACTOR_REPORT.md").read_text()
+    train = code_of(out, "deleted")["train.py"]
+    assert "return rows" not in train
+    run = subprocess.run(
+        [sys.executable, "-c", "from deleted.train import run; from deleted.config import "
+         "Config; print(sorted(run(Config())))"],
+        cwd=out, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert (run.returncode, run.stdout) == (0, "['kept', 'total']\n"), run.stderr
