@@ -180,14 +180,15 @@ model is one `.onnx` file (under 2 GB), and onnxruntime then runs the example an
 at batch sizes 1, 3 and 8 against the model in eval mode: per output the largest absolute and
 relative differences, passed at `|onnx - torch| <= 1e-5 + 1e-4 * |torch|`, else FAILED with the
 worst element. `quantize="int8"` adds onnxruntime's dynamic quantisation of MatMul/Gemm
-(convolutions stay float), the sizes before and after, and its differences from the float
+(convolutions stay float; 7-bit weights, which x86 CPUs without VNNI need to avoid
+saturation), the sizes before and after, and its differences from the float
 model; `validate=(loader, metric)` scores both. The files appear only once all of that is done
 (written in a staging folder, then moved), with the `ExportReport` as `model.export.json`.
 
 `bench()` times eager PyTorch, `torch.compile` and onnxruntime per precision (bf16 and fp16
 where the device has them; skipped rows say why) and batch size, in eval mode and
 `torch.inference_mode`, after a warm-up, with `torch.utils.benchmark.Timer`, the rows
-interleaved in rounds: p50 (the median of the rounds' medians)/p95/p99 latency, samples/s, peak
+interleaved in rounds: p50/p95/p99 latency (each round weighing the same), samples/s, peak
 memory (RSS on a CPU, the CUDA allocator's on a GPU), the compile time apart, and the graphs
 compiled inside the timed region (0, or the row is marked); onnxruntime with I/O binding.
 `--clock cpu` times the calling thread's CPU time on one thread: steadier on a busy machine. The
@@ -340,7 +341,7 @@ def bench(
     repeated): p50/p95/p99 latency, samples/s, peak memory, torch.compile's compile time and the
     graphs compiled inside the timed region (0, or the row is marked). Measured with
     `torch.utils.benchmark.Timer` (`min_run_time` seconds per row, the rows interleaved in
-    `rounds` rounds; p50 is the median of the rounds' medians) after a warm-up, in eval mode and
+    `rounds` rounds; each round weighs the same in p50/p95/p99) after a warm-up, in eval mode and
     `torch.inference_mode`, on `threads` CPU threads. `clock="cpu"` times the calling thread's
     CPU time on one thread instead of the wall clock: steadier on a busy machine, since it leaves
     out the time spent waiting for a core (not a latency a caller sees there). Returns the

@@ -121,6 +121,7 @@ def test_mlp_exports_with_a_dynamic_batch_and_passes_parity(
         "mlp.onnx",
     ]
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]
+    assert not (folder / "quantize-input.onnx").exists()  # the quantiser's input stays in staging
     saved = json.loads((folder / "mlp.export.json").read_text())
     assert saved["passed"] is True
     assert saved["opset"] == report.opset
@@ -632,6 +633,29 @@ def test_rows_are_timed_interleaved_in_rotating_rounds() -> None:
     assert log[:9] == [0, 1, 2, 1, 2, 0, 2, 0, 1]
     assert all(timing.blocks >= MIN_BLOCKS for timing, _ in results)
     assert all(peak is None for _, peak in results)
+
+
+def test_each_round_weighs_the_same_in_every_percentile() -> None:
+    from jupyter_trainmate.deploy.measure import _round_percentiles
+
+    # The first round's autorange gave 60 fast blocks, two later rounds one slow block each (a
+    # burst of other work): the median is the slow rounds' (two rounds of three), and no
+    # percentile lies below it (a median of medians beside pooled percentiles put p50 above p95).
+    p50, p95, p99 = _round_percentiles([[1.0] * 60, [10.0], [10.0]], (50, 95, 99))
+    assert (p50, p95, p99) == (10.0, 10.0, 10.0)
+    # Rounds of equal sizes: the pooled percentiles.
+    p50, p95, p99 = _round_percentiles([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]], (50, 95, 99))
+    assert (p50, p95, p99) == (4.0, 8.0, 8.0)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        rounds = [
+            torch.rand(int(torch.randint(1, 40, (1,), generator=generator)), generator=generator)
+            .mul(float(torch.rand(1, generator=generator)) * 10)
+            .tolist()
+            for _ in range(5)
+        ]
+        p50, p95, p99 = _round_percentiles(rounds, (50, 95, 99))
+        assert min(map(min, rounds)) <= p50 <= p95 <= p99 <= max(map(max, rounds))
 
 
 def test_the_cpu_clock_leaves_out_time_off_the_core() -> None:

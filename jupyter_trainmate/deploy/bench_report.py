@@ -38,8 +38,8 @@ class BenchReport:
     """Inference latency and throughput per backend, precision and batch size.
 
     Measured like `torch.utils.benchmark` (warm-up, `Timer` blocks of calls, eval mode and
-    `torch.inference_mode`), the rows interleaved in `rounds` rounds; p50 is the median of the
-    rounds' medians, p95/p99 are over the timed blocks (`timed_calls / blocks` calls each).
+    `torch.inference_mode`), the rows interleaved in `rounds` rounds; p50/p95/p99 are over the
+    timed blocks (`timed_calls / blocks` calls each), each round weighing the same.
     `clock` "wall" is latency as a caller waits it; "cpu" is the calling thread's CPU time on
     one thread (steadier on a busy machine; it leaves out waiting for a core). Shows as a table in a notebook; `to_markdown()`, `to_text()`, `to_json()`.
     """
