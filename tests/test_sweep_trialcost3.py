@@ -1,6 +1,7 @@
 """What a sweep pays per sweep and per trial (issue 15, round 3): the study's name looked up one
 name at a time, Optuna's verbosity set only when it differs, no status file written at the
-sweep's end just before it is removed; and each trial its own TensorBoard run. No timing: each
+sweep's end just before it is removed, a model's snapshot loaded without a copy first; and each
+trial its own TensorBoard run. No timing: each
 test checks the behaviour the change keeps or makes."""
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from pathlib import Path
 
 import optuna
 import pytest
+import torch
 
 from jupyter_trainmate import TrainmateError
 from jupyter_trainmate.runtime.options import TrainOptions
 from jupyter_trainmate.runtime.status import StatusWriter, ended_dir
 from jupyter_trainmate.sweep.driver import _pick_name, trial_name
 from jupyter_trainmate.sweep.notice import SweepNotice
+from jupyter_trainmate.sweep.space import Snapshot
 from jupyter_trainmate.sweep.summary import SweepSummary, last_sweep
 
 from .test_sweep import SUGGEST_CELL, shell, sweep
@@ -118,3 +121,55 @@ def test_each_trial_is_a_tensorboard_run_of_its_own() -> None:
     records = [json.loads(line) for line in (Path("runs") / "runs.jsonl").read_text().splitlines()]
     assert [Path(r["tensorboard"]).name for r in records] == [f.name for f in folders]
     assert [r["sweep"]["trial"] for r in records] == [0, 1, 2]
+
+
+class _Counter(torch.nn.Module):
+    """A module whose extra state is an object it keeps and changes in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[str, int] = {"batches": 0}
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen["batches"] += 1
+        return self.linear(x)
+
+    def get_extra_state(self) -> dict[str, int]:
+        return self.seen
+
+    def set_extra_state(self, state: dict[str, int]) -> None:
+        self.seen = state
+
+
+def test_each_restore_gives_the_snapshots_state_which_training_never_changes() -> None:
+    """A model's state is loaded without a copy first (`load_state_dict` copies it in); the
+    optimizer's (tensors it keeps as its own) and a module's extra state are still copied."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    counter = _Counter()
+    opt = torch.optim.SGD([*model.parameters(), *counter.parameters()], lr=0.1, momentum=0.9)
+    x = torch.randn(16, 4)
+
+    def train(steps: int) -> None:
+        for _ in range(steps):
+            opt.zero_grad()
+            (model(x).sum() + counter(x).sum()).backward()
+            opt.step()
+
+    train(1)  # momentum buffers exist: the optimizer's state has tensors
+    namespace = {"model": model, "counter": counter, "opt": opt}
+    snapshot = Snapshot.take(namespace)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    results = []
+    for _ in range(2):
+        snapshot.restore(namespace)
+        assert all(torch.equal(model.state_dict()[k], v) for k, v in start.items())
+        assert counter.seen == {"batches": 1}
+        train(3)
+        results.append({k: v.clone() for k, v in model.state_dict().items()})
+    assert all(torch.equal(results[0][k], results[1][k]) for k in start)  # bit-identical
+    assert all(not torch.equal(results[0][k], start[k]) for k in start)  # it did train
+    saved = snapshot.states["models"]
+    assert all(torch.equal(saved["model"][k], v) for k, v in start.items())  # untouched
+    assert saved["counter"]["_extra_state"] == {"batches": 1}
