@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -173,3 +174,20 @@ def test_each_restore_gives_the_snapshots_state_which_training_never_changes() -
     saved = snapshot.states["models"]
     assert all(torch.equal(saved["model"][k], v) for k, v in start.items())  # untouched
     assert saved["counter"]["_extra_state"] == {"batches": 1}
+
+
+class _Keeper(torch.nn.Linear):
+    """A module with a `load_state_dict` of its own that keeps the dict it is given."""
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        self.kept = state_dict
+        return super().load_state_dict(state_dict, strict, assign)
+
+
+def test_a_model_with_its_own_load_state_dict_gets_a_copy_of_the_snapshot() -> None:
+    keeper, plain = _Keeper(2, 2), torch.nn.Linear(2, 2)
+    namespace = {"keeper": keeper, "plain": plain}
+    snapshot = Snapshot.take(namespace)
+    snapshot.restore(namespace)
+    assert keeper.kept is not snapshot.states["models"]["keeper"]
+    assert torch.equal(keeper.kept["weight"], snapshot.states["models"]["keeper"]["weight"])

@@ -184,9 +184,16 @@ def _follow_lr(schedulers: Any) -> None:
             scheduler.base_lrs = [g["initial_lr"] for g in groups]
 
 
-def _copied_in(kind: str, state: Mapping[str, Any]) -> bool:
-    """Whether `load_state_dict` copies every value of `state` into the object (see `restore`)."""
-    return kind == "models" and not any(key.endswith("_extra_state") for key in state)
+def _copied_in(target: object, state: Mapping[str, Any]) -> bool:
+    """Whether `target.load_state_dict` copies every value of `state` into `target` (see
+    `restore`): torch's own for a module, with no extra state among the values."""
+    import torch
+
+    return (
+        isinstance(target, torch.nn.Module)
+        and type(target).load_state_dict is torch.nn.Module.load_state_dict
+        and not any(key.endswith("_extra_state") for key in state)
+    )
 
 
 @dataclass
@@ -215,7 +222,7 @@ class Snapshot:
         second copy of the model each trial). An optimizer's and a scheduler's are copied: an
         optimizer keeps the given tensors as its state (momentum buffers, Adam's step), which
         the trial then changes in place; so is a model's with an extra state (an object its
-        `set_extra_state` may keep)."""
+        `set_extra_state` may keep) or a `load_state_dict` of its own."""
         from ..runtime.checkpoint import set_rng_state, trainable_objects
 
         objects = trainable_objects(namespace)
@@ -226,7 +233,7 @@ class Snapshot:
                     raise TrainmateError(
                         f"--space: {name} is no longer in the notebook; the snapshot cannot be restored"
                     )
-                target.load_state_dict(state if _copied_in(kind, state) else copy.deepcopy(state))
+                target.load_state_dict(state if _copied_in(target, state) else copy.deepcopy(state))
         set_rng_state(copy.deepcopy(self.rng))
 
     def write(self, values: Mapping[str, Any], namespace: Mapping[str, object]) -> Deferred:
