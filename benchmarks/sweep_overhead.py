@@ -13,8 +13,10 @@ instead of wall time, for a shared, loaded machine. `--lean` runs the trials wit
 prefetch thread cost apart). `--kept`: the hand-written side opens the journal once and keeps it
 for every sweep, as `%%train --sweep` does since issue 15's round 2 (without it, each hand-written
 sweep opens the journal anew, replaying every record in it: a cost that grows over the run).
+`STEPS`: batches per epoch (default 50); with a few (`8 16 1 2`), a trial is nearly all fixed
+cost, so the ratio shows the per-trial and per-sweep costs apart from the per-step ones.
 
-    python benchmarks/sweep_overhead.py [PAIRS] [TRIALS] [EPOCHS] [--cpu] [--lean] [--kept]
+    python benchmarks/sweep_overhead.py [PAIRS] [TRIALS] [EPOCHS] [STEPS] [--cpu] [--lean] [--kept]
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import torch
 from torch import nn
 import jupyter_trainmate
 torch.manual_seed(0)
-batches = [(torch.randn(64, 64), torch.randint(0, 10, (64,))) for _ in range(50)]
+batches = [(torch.randn(64, 64), torch.randint(0, 10, (64,))) for _ in range(STEPS)]
 val = (torch.randn(256, 64), torch.randint(0, 10, (256,)))
 loss_fn = nn.CrossEntropyLoss()
 """
@@ -91,6 +93,7 @@ def main(
     pairs: int = 7,
     trials: int = 8,
     epochs: int = 4,
+    steps: int = 50,
     cpu: bool = False,
     lean: bool = False,
     kept: bool = False,
@@ -101,7 +104,7 @@ def main(
     Path("runs").mkdir()
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "jupyter_trainmate")
-    ip.run_cell(SETUP).raise_error()
+    ip.run_cell(SETUP.replace("STEPS", str(steps))).raise_error()
     loop = LOOP.replace("EPOCHS", str(epochs))
     body = "\n".join("    " + line for line in loop.strip().splitlines())
     ip.run_cell(HAND.replace("BODY", body).replace("KEEP:", f"{kept}:")).raise_error()
@@ -141,7 +144,7 @@ def main(
     print(
         f"sweep overhead ({'cpu' if cpu else 'wall'} time{', lean' if lean else ''}"
         f"{', journal kept' if kept else ''}, {pairs} pairs of {trials} trials x "
-        f"{epochs} epochs x 50 steps): %%train --sweep / hand-written objective = "
+        f"{epochs} epochs x {steps} steps): %%train --sweep / hand-written objective = "
         f"{result['ratio_median']:.3f} (median; range {result['ratio_min']:.3f}-"
         f"{result['ratio_max']:.3f}); per trial {result['hand_s_per_trial'] * 1000:.0f} ms hand, "
         f"{result['train_s_per_trial'] * 1000:.0f} ms %%train "

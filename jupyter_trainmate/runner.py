@@ -75,7 +75,10 @@ class RunHooks:
     the record instead of the runs file (rank 0 of `--procs`: the notebook's process writes it,
     with every rank's samples); `status`: a status file the caller owns (a sweep's, started and
     ended by it), shown for this run instead of one of its own (no toast per trial);
-    `quiet_end`: its ended record raises no toast or webhook (a trial of `--parallel`)."""
+    `quiet_end`: its ended record raises no toast or webhook (a trial of `--parallel`);
+    `name`: the name of the run's TensorBoard folder, instead of what its batch loop iterates (a
+    sweep's trial: `trial-NNN-STUDY`; trials of one cell a second apart shared one folder, which
+    TensorBoard shows as one run)."""
 
     on_created: Callable[[TrainSession], None] | None = None
     on_session: Callable[[TrainSession], None] | None = None
@@ -84,6 +87,7 @@ class RunHooks:
     keep_record: Callable[[dict[str, Any]], None] | None = None
     status: StatusWriter | None = None
     quiet_end: bool = False
+    name: str | None = None
 
 
 def rewrite_for(
@@ -229,7 +233,7 @@ def _run_once(
                 )
         tensorboard = None
         if use_tensorboard:
-            folder = run_folder(runs_folder(notebook), _run_name(result))
+            folder = run_folder(runs_folder(notebook), hooks.name or _run_name(result))
             tensorboard = TensorBoardLog(folder, _options_text(options))
             session.on_log.append(tensorboard.metrics)
             run.tensorboard = tensorboard

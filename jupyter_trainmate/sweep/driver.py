@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import math
 import time
@@ -62,11 +63,12 @@ def study_name(options: TrainOptions, source: str, notebook: str | None) -> str:
     return f"{stem}-{hashlib.sha1(source.strip().encode()).hexdigest()[:8]}"
 
 
-def _pick_name(base: str, existing: set[str], resume: bool, explicit: bool) -> str:
-    """The study to use: with --resume the newest of that name; else a new one (`base-2`, ...)."""
-    taken = [base] if base in existing else []
+def _pick_name(base: str, exists: Callable[[str], bool], resume: bool, explicit: bool) -> str:
+    """The study to use: with --resume the newest of that name; else a new one (`base-2`, ...).
+    `exists` asks the storage about one name (`_study_exists`): only the names tried are read."""
+    taken = [base] if exists(base) else []
     n = 2
-    while f"{base}-{n}" in existing:
+    while exists(f"{base}-{n}"):
         taken.append(f"{base}-{n}")
         n += 1
     if resume:
@@ -81,6 +83,17 @@ def _pick_name(base: str, existing: set[str], resume: bool, explicit: bool) -> s
             f"--study {base}: already in runs/{store.JOURNAL}; add --resume to continue it"
         )
     return f"{base}-{n}"
+
+
+def _study_exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
+    """Whether the journal holds a study of that name: one lookup, where
+    `optuna.get_all_study_names` deep-copies every study of the journal (a cost per sweep that
+    grows with the journal: a cell re-run makes a study each time)."""
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
 
 
 def make_sampler(options: TrainOptions, grid: list[Param] | None) -> optuna.samplers.BaseSampler:
@@ -211,6 +224,12 @@ def _trial_options(base: TrainOptions, name: str, number: int) -> TrainOptions:
     )
 
 
+def trial_name(study: str, number: int) -> str:
+    """A trial's run name (its TensorBoard folder): the number first, as the folder's name keeps
+    only the first 40 characters."""
+    return f"trial-{number:03d}-{study}"
+
+
 def _uses_suggest(source: str, result: RewriteResult) -> bool:
     return "suggest" in source or any("suggest" in fn.code for fn in result.functions)
 
@@ -247,10 +266,13 @@ def run_sweep(
     notebook = notebook_path(namespace)
     journal = runs_folder(notebook) / store.JOURNAL
     storage = store.kept_storage(journal)  # opened once per process
-    existing = set(optuna.study.get_all_study_names(storage))  # no trial summaries read
     base = options.study or default_name or study_name(options, source, notebook)
-    name = _pick_name(base, existing, options.resume, options.study is not None)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    name = _pick_name(
+        base, functools.partial(_study_exists, storage), options.resume, options.study is not None
+    )
+    if optuna.logging.get_verbosity() != optuna.logging.WARNING:
+        # setting it clears the cache of every logger in the process (a few hundred here)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         storage=storage,
         sampler=make_sampler(options, grid),
@@ -323,7 +345,12 @@ def _run_trials(
         store.mark_process(trial)
         running = _Trial(trial, options, redraw)
         trial_options = _trial_options(base_options, name, trial.number)
-        hooks = RunHooks(on_session=running.attach, record=running.record, status=notice.status)
+        hooks = RunHooks(
+            on_session=running.attach,
+            record=running.record,
+            status=notice.status,
+            name=trial_name(name, trial.number),
+        )
         notice.trial(ran + 1)
         redraw()
         set_current(trial)

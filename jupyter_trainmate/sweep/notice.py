@@ -65,8 +65,11 @@ class SweepNotice:
             if best is not None and math.isfinite(best):
                 metrics[f"best {summary.monitor}"] = best
         status.follow(lambda: IDLE)  # the last trial's loss is not the sweep's
+        # The sidebar entry goes first, as a run's does: renamed once stopped, the ended record
+        # gets the final name and no status file is written just before it is removed.
+        status.stop()
+        status.rename(f"sweep {self.study}: {ran} trial(s)")
         with contextlib.suppress(OSError):
-            status.rename(f"sweep {self.study}: {ran} trial(s)")
             status.ended(
                 outcome=outcome,
                 wall_s=time.monotonic() - self.started,
@@ -75,4 +78,3 @@ class SweepNotice:
                 epochs=ran,
                 sweep={"study": self.study, "trials": ran},
             )
-        status.stop()

@@ -59,6 +59,7 @@ from .driver import (
     _trial_options,
     make_pruner,
     make_sampler,
+    trial_name,
     without_sweep,
 )
 from .space import Snapshot, parse_space
@@ -377,7 +378,12 @@ class _Worker:
         store.mark_process(trial)
         running = _Trial(trial, options, lambda: None)
         trial_options = _trial_options(self.trial_base, study.study_name, trial.number)
-        hooks = RunHooks(on_session=running.attach, record=running.record, quiet_end=True)
+        hooks = RunHooks(
+            on_session=running.attach,
+            record=running.record,
+            quiet_end=True,
+            name=trial_name(study.study_name, trial.number),
+        )
         set_current(trial)
         try:
             _Signals.in_run = True

@@ -184,6 +184,18 @@ def _follow_lr(schedulers: Any) -> None:
             scheduler.base_lrs = [g["initial_lr"] for g in groups]
 
 
+def _copied_in(target: object, state: Mapping[str, Any]) -> bool:
+    """Whether `target.load_state_dict` copies every value of `state` into `target` (see
+    `restore`): torch's own for a module, with no extra state among the values."""
+    import torch
+
+    return (
+        isinstance(target, torch.nn.Module)
+        and type(target).load_state_dict is torch.nn.Module.load_state_dict
+        and not any(key.endswith("_extra_state") for key in state)
+    )
+
+
 @dataclass
 class Snapshot:
     """The notebook's training objects and random generators before the first trial."""
@@ -203,7 +215,14 @@ class Snapshot:
         return cls(states, copy.deepcopy(rng_state()))
 
     def restore(self, namespace: Mapping[str, object]) -> None:
-        """Load the states back (objects by the same name; a name rebound since is refused)."""
+        """Load the states back (objects by the same name; a name rebound since is refused).
+
+        A model's state is loaded as it is: `Module.load_state_dict` copies each tensor into the
+        model's own parameters and buffers and keeps none of the snapshot's (a copy first cost a
+        second copy of the model each trial). An optimizer's and a scheduler's are copied: an
+        optimizer keeps the given tensors as its state (momentum buffers, Adam's step), which
+        the trial then changes in place; so is a model's with an extra state (an object its
+        `set_extra_state` may keep) or a `load_state_dict` of its own."""
         from ..runtime.checkpoint import set_rng_state, trainable_objects
 
         objects = trainable_objects(namespace)
@@ -214,7 +233,7 @@ class Snapshot:
                     raise TrainmateError(
                         f"--space: {name} is no longer in the notebook; the snapshot cannot be restored"
                     )
-                target.load_state_dict(copy.deepcopy(state))
+                target.load_state_dict(state if _copied_in(target, state) else copy.deepcopy(state))
         set_rng_state(copy.deepcopy(self.rng))
 
     def write(self, values: Mapping[str, Any], namespace: Mapping[str, object]) -> Deferred:
