@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from ..monitor.host import usable_cpus
+from ..monitor.host import shared_host
 from ..monitor.nvml import shared_nvml
 from ..monitor.sampler import Sampler
 from ..runtime.summary import RunSummary
@@ -80,6 +80,12 @@ class LiveDisplay:
             self.view = TextView(title)
         self._stop = threading.Event()
         self._life = _thread.allocate_lock()  # held by the thread while it runs (see `start`)
+        # The status file and the TensorBoard reading, once a second counted from the run's
+        # start (`_loop` primes it: the status file's first write was at the start), not at the
+        # first tick: a run that ends within a second writes neither a second time for nothing
+        # (the first tick's CPU: 1.17 -> 0.33 ms, BENCHMARKS.md round 6; the device reading, which
+        # the final drawing shows, stays at the first tick).
+        self.writes = Throttle(SAMPLE_S)
         session.on_log.append(self._on_log)
         session.on_event.append(self.state.event)
         session.on_epoch_end.append(self._epoch_ended)
@@ -129,7 +135,7 @@ class LiveDisplay:
             amp=s.amp.mode,
             skipped_steps=s.skipped_steps,
             optimizer_steps=progress.optimizer_steps if progress else 0,
-            cpus=usable_cpus(),
+            cpus=shared_host().cpus(),  # the quota read once a process (about 0.2 ms a read)
             loader=s.loader_info,
             prefetch=s.prefetch_mode,
             prefetch_note=s.prefetch_note,
@@ -159,6 +165,7 @@ class LiveDisplay:
         # redraws only when its throttle lets it (a few times a second, or every 10 s as text).
         redraw = self.first_redraw()
         sample = Throttle(SAMPLE_S)
+        self.writes.ready(time.monotonic())
         while not self._stop.wait(REFRESH_S):
             redraw = self.tick(time.monotonic(), redraw, sample)
 
@@ -176,13 +183,13 @@ class LiveDisplay:
         """One turn of the display thread; returns the redraw throttle (a new one after the view
         gave way to another)."""
         try:
-            sampled = sample.ready(now)
-            if sampled:
+            if sample.ready(now):
                 self.sampler.sample_once()
-                if self.status is not None and self.status.active:
-                    self.status.write()
+            written = self.writes.ready(now)
+            if written and self.status is not None and self.status.active:
+                self.status.write()
             self._refresh()
-            if sampled and self.tensorboard is not None:
+            if written and self.tensorboard is not None:
                 self.tensorboard.progress(self.state.progress)
         except Exception as exc:  # reported once; the training goes on
             self._report("reading the run", exc)

@@ -120,6 +120,10 @@ class HostSource:
                 return min(100.0, 100.0 * (used - last[1]) / ((now - last[0]) * self._quota))
         return float(psutil.cpu_percent(interval=None))
 
+    def cpus(self) -> int:
+        """CPUs this process can run on, with the quota read when the source was made."""
+        return _cpus_within(self._quota)
+
     def sample(self) -> HostSample:
         vm = psutil.virtual_memory()
         used, total = int(vm.total - vm.available), int(vm.total)
@@ -130,7 +134,7 @@ class HostSource:
                 used, total, limited = cg_used, self._memory_limit, True
         return HostSample(
             cpu_percent=self._cpu_percent(),
-            cpus=_cpus_within(self._quota),  # the quota read once, as for the CPU share
+            cpus=self.cpus(),  # the quota read once, as for the CPU share
             memory_used_bytes=used,
             memory_total_bytes=total,
             limited_by_cgroup=limited or self._quota is not None,
