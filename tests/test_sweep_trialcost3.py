@@ -191,3 +191,20 @@ def test_a_model_with_its_own_load_state_dict_gets_a_copy_of_the_snapshot() -> N
     snapshot.restore(namespace)
     assert keeper.kept is not snapshot.states["models"]["keeper"]
     assert torch.equal(keeper.kept["weight"], snapshot.states["models"]["keeper"]["weight"])
+
+
+def test_a_load_hook_or_a_loader_of_its_own_below_the_model_means_a_copy() -> None:
+    from jupyter_trainmate.sweep.space import _copied_in
+
+    class OwnLoader(torch.nn.Linear):
+        def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+            super()._load_from_state_dict(*args, **kwargs)
+
+    plain = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+    assert _copied_in(plain, plain.state_dict())  # torch's own loaders (BatchNorm's too)
+    inner = torch.nn.Sequential(torch.nn.Linear(2, 2), OwnLoader(2, 2))
+    assert not _copied_in(inner, inner.state_dict())
+    hooked = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    kept: list[Any] = []
+    hooked[0].register_load_state_dict_post_hook(lambda module, keys: kept.append(module))
+    assert not _copied_in(hooked, hooked.state_dict())

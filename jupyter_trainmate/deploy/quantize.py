@@ -49,8 +49,9 @@ def quantize_int8(
     from . import parity
 
     out = int8_path(float_model)
-    source = _without_weight_shapes(float_model)
+    source = float_model.with_name("quantize-input.onnx")
     try:
+        _without_weight_shapes(float_model, source)
         quantize_dynamic(
             str(source),
             str(out),
@@ -131,7 +132,7 @@ def _as_example(inputs: Any, params: tuple[str, ...]) -> Example:
     return Example(args, {}, params[: len(args)])
 
 
-def _without_weight_shapes(float_model: Path) -> Path:
+def _without_weight_shapes(float_model: Path, copy: Path) -> None:
     """A copy of the model, beside it, without the shapes the exporter records for its weights.
 
     The quantiser transposes Gemm weights and keeps those shapes, and onnxruntime before 1.32
@@ -146,6 +147,4 @@ def _without_weight_shapes(float_model: Path) -> Path:
     kept = [info for info in model.graph.value_info if info.name not in weights]
     del model.graph.value_info[:]
     model.graph.value_info.extend(kept)
-    copy = float_model.with_name("quantize-input.onnx")
     onnx.save(model, str(copy))
-    return copy

@@ -38,14 +38,21 @@ def status_dir(runtime_dir: str | None = None) -> Path:
     return Path(runtime_dir) / STATUS_SUBDIR
 
 
-# What `jupyter_runtime_dir()` reads: the answer is cached per value of these (it resolves the
-# home folder on every call, about 0.1 ms of every run's start).
+# What `jupyter_runtime_dir()` reads (jupyter_core 5: Linux, macOS and Windows): the answer is
+# cached per value of these (it resolves the home folder on every call, about 0.1 ms of every
+# run's start).
 _RUNTIME_DIR_ENV = (
     "JUPYTER_RUNTIME_DIR",
     "JUPYTER_DATA_DIR",
+    "JUPYTER_CONFIG_DIR",
     "JUPYTER_PLATFORM_DIRS",
     "XDG_DATA_HOME",
+    "XDG_RUNTIME_DIR",
     "HOME",
+    "APPDATA",
+    "USERPROFILE",
+    "HOMEDRIVE",
+    "HOMEPATH",
 )
 
 

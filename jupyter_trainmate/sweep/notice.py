@@ -52,7 +52,7 @@ class SweepNotice:
                 self.status.rename(f"sweep {self.study}: trial {number} of {self.todo}")
 
     def end(self, outcome: str, summary: SweepSummary | None) -> None:
-        """Write the one ended record (for the toast and the webhook), then leave the sidebar."""
+        """Leave the sidebar, then write the one ended record (for the toast and the webhook)."""
         status = self.status
         if status is None:
             return
@@ -67,7 +67,8 @@ class SweepNotice:
         status.follow(lambda: IDLE)  # the last trial's loss is not the sweep's
         # The sidebar entry goes first, as a run's does: renamed once stopped, the ended record
         # gets the final name and no status file is written just before it is removed.
-        status.stop()
+        with contextlib.suppress(OSError):  # the ended record is written even so
+            status.stop()
         status.rename(f"sweep {self.study}: {ran} trial(s)")
         with contextlib.suppress(OSError):
             status.ended(

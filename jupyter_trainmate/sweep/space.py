@@ -186,13 +186,22 @@ def _follow_lr(schedulers: Any) -> None:
 
 def _copied_in(target: object, state: Mapping[str, Any]) -> bool:
     """Whether `target.load_state_dict` copies every value of `state` into `target` (see
-    `restore`): torch's own for a module, with no extra state among the values."""
+    `restore`): torch's own loading path all the way down (no `load_state_dict` or
+    `_load_from_state_dict` outside torch, no load hooks: those may keep or change what they
+    are given), with no extra state among the values. When unsure, `restore` copies."""
     import torch
 
-    return (
-        isinstance(target, torch.nn.Module)
-        and type(target).load_state_dict is torch.nn.Module.load_state_dict
-        and not any(key.endswith("_extra_state") for key in state)
+    module = torch.nn.Module
+    if not isinstance(target, module) or type(target).load_state_dict is not module.load_state_dict:
+        return False
+    if any(key.endswith("_extra_state") for key in state):
+        return False
+    return all(
+        # torch's own (BatchNorm's adds a counter to the dict, then calls Module's)
+        type(sub)._load_from_state_dict.__module__.startswith("torch.")
+        and not sub._load_state_dict_pre_hooks
+        and not sub._load_state_dict_post_hooks
+        for sub in target.modules()
     )
 
 
