@@ -1,0 +1,72 @@
+"""typecheck calls mypy's build itself (to keep its file-system cache over the rounds): what it
+returns must be what `mypy.api.run` returns, round after round, and a module changed between
+rounds must be read again; the refactor's garbage-collector setting must not outlive it."""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+
+from mypy import api
+
+from jupyter_trainmate.refactor.pipeline import fewer_collections
+from jupyter_trainmate.refactor.typecheck import Files, _mypy, run_mypy
+
+GOOD = "def double(x: int) -> int:\n    return x * 2\n"
+BAD = 'from .a import double\n\nvalue: str = double(3)\nprint(double("x"))\n'
+
+
+def args(target: Path, cache: Path) -> list[str]:
+    return ["--ignore-missing-imports", "--cache-dir", str(cache), "--config-file", os.devnull,
+            "--no-error-summary", "--show-error-codes", "--no-pretty", "--hide-error-context",
+            "--no-color-output", "--allow-redefinition", "--follow-imports", "silent",
+            str(target)]  # fmt: skip
+
+
+def test_the_same_output_as_mypy_api_run_round_after_round(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text(GOOD)
+    (package / "b.py").write_text(BAD)
+    files = Files()
+    cache = tmp_path / "cache"
+    seen = []
+    for code in (BAD, "from .a import double\n\nvalue: int = double(3)\n", "def broken(:\n"):
+        (package / "b.py").write_text(code)
+        files.forget(tmp_path)
+        ours = _mypy(args(package, cache), files)
+        theirs = api.run(args(package, cache))
+        assert ours == theirs
+        seen.append(ours)
+    assert "[arg-type]" in seen[0][0]
+    assert seen[0][2] == 1
+    assert (seen[1][0], seen[1][2]) == ("", 0)  # clean (stderr: the empty config file)
+    assert ours[2] == 2  # the syntax error blocks, as in mypy's own exit status
+
+
+def test_a_module_rewritten_between_rounds_is_read_again(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text(GOOD)
+    (package / "b.py").write_text(BAD)
+    files = Files()
+    first = run_mypy(tmp_path, "pkg", files)
+    assert not isinstance(first, str)
+    assert {(e.module, e.code) for e in first} == {("b", "assignment"), ("b", "arg-type")}
+    (package / "b.py").write_text("from .a import double\n\nvalue: int = double(3)\n")
+    assert run_mypy(tmp_path, "pkg", files) == []
+
+
+def test_the_collector_thresholds_come_back(tmp_path: Path) -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        with fewer_collections():
+            assert gc.get_threshold() == (200_000, 30, 30)
+            gc.set_threshold(5, 5, 5)  # as mypy does inside the refactor
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
