@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import libcst as cst
 
@@ -49,6 +50,17 @@ class _Error:
     line: int
     text: str
     code: str
+
+
+def _cache_lock() -> Any:
+    """One refactor's mypy rounds at a time on the shared cache folder (a lock file beside it):
+    two refactors at once that write packages of the same name changed each other's results
+    through mypy's cache entries for that name ("3 errors left" against "clean", seen on the
+    corpus; one after the other both are clean and write the same bytes). `filelock` comes with
+    torch."""
+    from filelock import FileLock
+
+    return FileLock(cache_dir() + ".lock")
 
 
 def cache_dir() -> str:
@@ -122,12 +134,17 @@ def run_mypy(folder: Path, package: str, files: Files | None = None) -> list[_Er
     files = files if files is not None else Files()
     files.forget(folder)
     target = str(folder / package)
-    stdout, stderr, status = _mypy(
-        ["--ignore-missing-imports", "--cache-dir", cache_dir(), "--config-file", os.devnull,
-         "--no-error-summary", "--show-error-codes", "--no-pretty", "--hide-error-context",
-         "--no-color-output", "--allow-redefinition", "--follow-imports", "silent", target],
-        files,
-    )  # fmt: skip
+    args = ["--ignore-missing-imports", "--cache-dir", cache_dir(), "--config-file", os.devnull,
+            "--no-error-summary", "--show-error-codes", "--no-pretty", "--hide-error-context",
+            "--no-color-output", "--allow-redefinition", "--follow-imports", "silent", target]  # fmt: skip
+    try:
+        stdout, stderr, status = _mypy(args, files)
+    except (ImportError, AttributeError, TypeError):
+        # `_mypy` calls mypy's own functions, which are not its public API: a mypy whose
+        # signatures moved still checks, through `mypy.api.run` (a fresh file record each round)
+        from mypy import api
+
+        stdout, stderr, status = api.run(args)
     if status not in (0, 1):
         return f"not run: mypy failed ({(stderr or stdout).strip()[:200]})"
     errors = []
@@ -211,7 +228,7 @@ def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> C
     decorated: dict[str, str] = {}
     removed: list[str] = []
     result = "clean"
-    with tempfile.TemporaryDirectory(prefix="trainmate-mypy-") as tmp:
+    with _cache_lock(), tempfile.TemporaryDirectory(prefix="trainmate-mypy-") as tmp:
         folder = Path(tmp)
         seen = Files()
         written: dict[str, str] = {}

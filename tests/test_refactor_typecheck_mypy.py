@@ -8,6 +8,7 @@ import gc
 import os
 from pathlib import Path
 
+import pytest
 from mypy import api
 
 from jupyter_trainmate.refactor.pipeline import fewer_collections
@@ -70,3 +71,45 @@ def test_the_collector_thresholds_come_back(tmp_path: Path) -> None:
         assert gc.get_threshold() == (700, 10, 10)
     finally:
         gc.set_threshold(*before)
+
+
+def test_a_mypy_whose_internals_moved_still_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_trainmate.refactor import typecheck
+
+    def moved(args: list[str], files: Files) -> tuple[str, str, int]:
+        raise TypeError("build() got an unexpected keyword argument")
+
+    monkeypatch.setattr(typecheck, "_mypy", moved)
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text(GOOD)
+    (package / "b.py").write_text(BAD)
+    errors = run_mypy(tmp_path, "pkg")
+    assert not isinstance(errors, str)
+    assert {(e.module, e.code) for e in errors} == {("b", "assignment"), ("b", "arg-type")}
+
+
+def test_one_refactor_at_a_time_on_the_shared_mypy_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    from filelock import FileLock, Timeout
+
+    from jupyter_trainmate.refactor import typecheck
+
+    held: list[bool] = []
+
+    def rounds(folder: Path, package: str, files: Files | None = None) -> list[object]:
+        try:  # another refactor's attempt to start its rounds now
+            FileLock(typecheck.cache_dir() + ".lock", timeout=0).acquire()
+        except Timeout:
+            held.append(True)
+        else:
+            held.append(False)
+        return []
+
+    monkeypatch.setattr(typecheck, "run_mypy", rounds)
+    checked = typecheck.check({"pkg/__init__.py": "", "pkg/a.py": GOOD}, "pkg", {})
+    assert checked.result == "clean"
+    assert held == [True]  # the cache was locked through the round
+    FileLock(typecheck.cache_dir() + ".lock", timeout=0).acquire()  # and is free after
