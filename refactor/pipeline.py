@@ -51,12 +51,14 @@ def fewer_collections() -> Iterator[None]:
     end; at the default threshold each full collection walks all of them again, about a tenth of
     the CPU time on 4,000 lines of notebook code, and more the larger the notebook. Only when
     garbage is collected changes, not what the refactor computes or writes."""
-    before = gc.get_threshold()
+    before, enabled = gc.get_threshold(), gc.isenabled()
     gc.set_threshold(200_000, 30, 30)
     try:
         yield
     finally:
         gc.set_threshold(*before)
+        if enabled:  # mypy turns the collector off while it loads its graph, and an error there
+            gc.enable()  # left it off, in a notebook's kernel too
 
 
 def refactor(

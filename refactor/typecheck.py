@@ -12,12 +12,14 @@ errors, the next confirm the package is clean once the rejected annotations are 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,21 +54,33 @@ class _Error:
     code: str
 
 
-def _cache_lock() -> Any:
+@contextlib.contextmanager
+def _cache_lock() -> Iterator[None]:
     """One refactor's mypy rounds at a time on the shared cache folder (a lock file beside it):
     two refactors at once that write packages of the same name changed each other's results
     through mypy's cache entries for that name ("3 errors left" against "clean", seen on the
-    corpus; one after the other both are clean and write the same bytes). `filelock` comes with
-    torch."""
+    corpus; one after the other both are clean and write the same bytes). An OS lock (`flock`):
+    a refactor that dies lets go of it. Where the lock file cannot be made or locked (a read-only
+    temporary folder), the rounds run unlocked, as before. `filelock` comes with torch."""
     from filelock import FileLock
 
-    return FileLock(cache_dir() + ".lock")
+    lock = FileLock(cache_dir() + ".lock")
+    try:
+        lock.acquire()
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def cache_dir() -> str:
     import mypy.version
 
-    name = f"trainmate-mypy-{mypy.version.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
+    user = f"-{os.getuid()}" if hasattr(os, "getuid") else ""  # a user's own (and its lock)
+    name = f"trainmate-mypy-{mypy.version.__version__}-py{sys.version_info[0]}{sys.version_info[1]}{user}"
     return str(Path(tempfile.gettempdir()) / name)
 
 
@@ -77,13 +91,18 @@ class Files:
     package's own files, which the rounds rewrite, are forgotten before each round."""
 
     def __init__(self) -> None:
-        from mypy.fscache import FileSystemCache
-
-        self.cache = FileSystemCache()
+        try:
+            from mypy.fscache import FileSystemCache
+        except ImportError:  # a mypy without it: `run_mypy` falls back to `mypy.api.run`
+            self.cache: Any = None
+        else:
+            self.cache = FileSystemCache()
 
     def forget(self, folder: Path) -> None:
         prefix = str(folder)
         cache = self.cache
+        if cache is None:
+            raise ImportError("mypy.fscache")
         for seen in (
             cache.stat_or_none_cache, cache.listdir_cache, cache.listdir_error_cache,
             cache.isfile_case_cache, cache.exists_case_cache, cache.read_cache,
@@ -121,6 +140,8 @@ def _mypy(args: list[str], files: Files) -> tuple[str, str, int]:
         result.manager.metastore.close()
     except CompileError:
         return stdout.getvalue(), stderr.getvalue(), 2
+    except SystemExit as exit:  # mypy's internal error ends so (`mypy.api.run` catches it too)
+        return stdout.getvalue(), stderr.getvalue(), exit.code if isinstance(exit.code, int) else 2
     notes = sum(": note:" in m for m in messages)
     return stdout.getvalue(), stderr.getvalue(), 1 if messages and notes < len(messages) else 0
 
@@ -131,13 +152,13 @@ def run_mypy(folder: Path, package: str, files: Files | None = None) -> list[_Er
     mypy runs in this process: the refactor's later rounds then skip the interpreter's start
     and mypy's imports, its in-memory caches are warm (a round on an unchanged module costs a
     fraction of the first), and with `files` kept over the rounds so is its view of the files."""
-    files = files if files is not None else Files()
-    files.forget(folder)
     target = str(folder / package)
     args = ["--ignore-missing-imports", "--cache-dir", cache_dir(), "--config-file", os.devnull,
             "--no-error-summary", "--show-error-codes", "--no-pretty", "--hide-error-context",
             "--no-color-output", "--allow-redefinition", "--follow-imports", "silent", target]  # fmt: skip
     try:
+        files = files if files is not None else Files()
+        files.forget(folder)
         stdout, stderr, status = _mypy(args, files)
     except (ImportError, AttributeError, TypeError):
         # `_mypy` calls mypy's own functions, which are not its public API: a mypy whose
@@ -232,7 +253,11 @@ def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> C
         folder = Path(tmp)
         seen = Files()
         written: dict[str, str] = {}
-        for _ in range(ROUNDS):
+        # Each round's rewritten modules get a time a whole second past the last round's: mypy
+        # reads a module again only when its size or its time in whole seconds changed, and
+        # an edit can keep the size (removed annotations against an added decorator).
+        stamp = int(time.time()) + 1
+        for round_ in range(ROUNDS):
             for path, code in files.items():
                 # only what the last round's edits changed: mypy re-reads and re-hashes a file
                 # whose time changed, and rewrites its cache entry
@@ -244,6 +269,7 @@ def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> C
                     written[path] = code
                     (folder / path).parent.mkdir(parents=True, exist_ok=True)
                     (folder / path).write_text(code, encoding="utf-8")
+                    os.utime(folder / path, (stamp + round_, stamp + round_))
             errors = run_mypy(folder, package, seen)
             if isinstance(errors, str):
                 return Checked(files, errors)

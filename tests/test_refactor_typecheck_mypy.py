@@ -113,3 +113,54 @@ def test_one_refactor_at_a_time_on_the_shared_mypy_cache(monkeypatch: pytest.Mon
     assert checked.result == "clean"
     assert held == [True]  # the cache was locked through the round
     FileLock(typecheck.cache_dir() + ".lock", timeout=0).acquire()  # and is free after
+
+
+def test_an_internal_mypy_error_is_a_line_not_an_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mypy import build
+
+    def crashes(*args: object, **kwargs: object) -> None:
+        raise SystemExit(2)  # how mypy's report_internal_error ends
+
+    monkeypatch.setattr(build, "build", crashes)
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    assert run_mypy(tmp_path, "pkg").startswith("not run: mypy failed")  # type: ignore[union-attr]
+
+
+def test_a_module_rewritten_to_the_same_size_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_trainmate.refactor import typecheck
+
+    # mypy trusts its cache when a module's size and time in whole seconds are unchanged: the
+    # check gives each round's rewritten modules a later whole second
+    same_size = ('x: int = "a"\n', 'x: str = "a"\n')
+    assert len(same_size[0]) == len(same_size[1])
+    times: list[int] = []
+    answers = iter([[typecheck._Error("a", 1, "Incompatible types", "assignment")], []])
+
+    def rounds(folder: Path, package: str, files: Files | None = None) -> object:
+        times.append(int((folder / package / "a.py").stat().st_mtime))
+        return next(answers)
+
+    monkeypatch.setattr(typecheck, "run_mypy", rounds)
+    monkeypatch.setattr(typecheck, "_plan_edits", lambda *args: {"a": ({}, set())})
+    monkeypatch.setattr(typecheck, "_edited", lambda code, drop, decorate: same_size[1])
+    files = {"pkg/__init__.py": "", "pkg/a.py": same_size[0]}
+    assert typecheck.check(files, "pkg", {}).result == "clean"
+    assert len(times) == 2
+    assert times[1] > times[0]
+
+
+def test_the_collector_is_on_again_after_a_refactor() -> None:
+    before = gc.isenabled()
+    try:
+        gc.enable()
+        with fewer_collections():
+            gc.disable()  # mypy's load_graph, left off by an error inside it
+        assert gc.isenabled()
+    finally:
+        (gc.enable if before else gc.disable)()
