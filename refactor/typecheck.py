@@ -2,23 +2,27 @@
 mypy on the annotated package: the annotations it rejects are removed, and a function whose own
 code fails gets `@no_type_check` (with mypy's reason, for the report).
 
-mypy runs in this process (`mypy.api`) on a copy of the package's modules in a temporary folder,
-with its cache in a folder of the system's temporary directory kept between refactors (the first run reads torch's stubs, the
-next ones only the package). A few rounds at most: the first finds the errors, the next confirm
-the package is clean once the rejected annotations are gone.
+mypy runs in this process (`mypy.build`, as `mypy.api.run` would) on a copy of the package's
+modules in a temporary folder, with its cache in a folder of the system's temporary directory
+kept between refactors (the first run reads torch's stubs, the next ones only the package), and
+its record of the file system kept over the rounds. A few rounds at most: the first finds the
+errors, the next confirm the package is clean once the rejected annotations are gone.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import libcst as cst
 
@@ -50,27 +54,118 @@ class _Error:
     code: str
 
 
+@contextlib.contextmanager
+def _cache_lock() -> Iterator[None]:
+    """One refactor's mypy rounds at a time on the shared cache folder (a lock file beside it):
+    two refactors at once that write packages of the same name changed each other's results
+    through mypy's cache entries for that name ("3 errors left" against "clean", seen on the
+    corpus; one after the other both are clean and write the same bytes). An OS lock (`flock`):
+    a refactor that dies lets go of it. Where the lock file cannot be made or locked (a read-only
+    temporary folder), the rounds run unlocked, as before. `filelock` comes with torch."""
+    from filelock import FileLock
+
+    lock = FileLock(cache_dir() + ".lock")
+    try:
+        lock.acquire()
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def cache_dir() -> str:
     import mypy.version
 
-    name = f"trainmate-mypy-{mypy.version.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
+    user = f"-{os.getuid()}" if hasattr(os, "getuid") else ""  # a user's own (and its lock)
+    name = f"trainmate-mypy-{mypy.version.__version__}-py{sys.version_info[0]}{sys.version_info[1]}{user}"
     return str(Path(tempfile.gettempdir()) / name)
 
 
-def run_mypy(folder: Path, package: str) -> list[_Error] | str:
+class Files:
+    """mypy's record of the file system (`mypy.fscache.FileSystemCache`: stat, listdir, reads
+    and hashes), kept over the rounds of one check: a round then finds torch's and typeshed's
+    files, which do not change, without looking at them again (about 0.1-0.2 s a round); the
+    package's own files, which the rounds rewrite, are forgotten before each round."""
+
+    def __init__(self) -> None:
+        try:
+            from mypy.fscache import FileSystemCache
+        except ImportError:  # a mypy without it: `run_mypy` falls back to `mypy.api.run`
+            self.cache: Any = None
+        else:
+            self.cache = FileSystemCache()
+
+    def forget(self, folder: Path) -> None:
+        prefix = str(folder)
+        cache = self.cache
+        if cache is None:
+            raise ImportError("mypy.fscache")
+        for seen in (
+            cache.stat_or_none_cache, cache.listdir_cache, cache.listdir_error_cache,
+            cache.isfile_case_cache, cache.exists_case_cache, cache.read_cache,
+            cache.read_error_cache, cache.hash_cache,
+        ):  # fmt: skip
+            for path in [path for path in seen if path.startswith(prefix)]:
+                del seen[path]
+        cache.fake_package_cache = {p for p in cache.fake_package_cache if not p.startswith(prefix)}
+
+
+def _mypy(args: list[str], files: Files) -> tuple[str, str, int]:
+    """`mypy.api.run(args)` (stdout, stderr, exit status) with `files` as mypy's file-system
+    cache: what `mypy.main.main` does for these options (no report, no summary, no colour), the
+    messages written as it writes them (blocking ones to stderr)."""
+    import io
+
+    from mypy import build
+    from mypy.errors import CompileError
+    from mypy.main import process_options
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    try:
+        sources, options = process_options(args, stdout=stdout, stderr=stderr, fscache=files.cache)
+    except SystemExit as exit:
+        return stdout.getvalue(), stderr.getvalue(), exit.code if isinstance(exit.code, int) else 2
+    options.fast_exit = False
+    messages: list[str] = []
+
+    def flush(filename: str | None, new: list[str], serious: bool) -> None:
+        messages.extend(new)
+        (stderr if serious else stdout).write("".join(m + "\n" for m in new))
+
+    try:
+        result = build.build(sources, options, None, flush, files.cache, stdout, stderr)
+        result.manager.metastore.close()
+    except CompileError:
+        return stdout.getvalue(), stderr.getvalue(), 2
+    except SystemExit as exit:  # mypy's internal error ends so (`mypy.api.run` catches it too)
+        return stdout.getvalue(), stderr.getvalue(), exit.code if isinstance(exit.code, int) else 2
+    notes = sum(": note:" in m for m in messages)
+    return stdout.getvalue(), stderr.getvalue(), 1 if messages and notes < len(messages) else 0
+
+
+def run_mypy(folder: Path, package: str, files: Files | None = None) -> list[_Error] | str:
     """mypy's errors on `folder/package`, or a line saying why it could not run.
 
-    mypy runs in this process (`mypy.api`): the refactor's later rounds then skip the
-    interpreter's start and mypy's imports, and its in-memory caches are warm (a round on an
-    unchanged module costs a fraction of the first)."""
-    from mypy import api
-
+    mypy runs in this process: the refactor's later rounds then skip the interpreter's start
+    and mypy's imports, its in-memory caches are warm (a round on an unchanged module costs a
+    fraction of the first), and with `files` kept over the rounds so is its view of the files."""
     target = str(folder / package)
-    stdout, stderr, status = api.run(
-        ["--ignore-missing-imports", "--cache-dir", cache_dir(), "--config-file", os.devnull,
-         "--no-error-summary", "--show-error-codes", "--no-pretty", "--hide-error-context",
-         "--no-color-output", "--allow-redefinition", "--follow-imports", "silent", target]
-    )  # fmt: skip
+    args = ["--ignore-missing-imports", "--cache-dir", cache_dir(), "--config-file", os.devnull,
+            "--no-error-summary", "--show-error-codes", "--no-pretty", "--hide-error-context",
+            "--no-color-output", "--allow-redefinition", "--follow-imports", "silent", target]  # fmt: skip
+    try:
+        files = files if files is not None else Files()
+        files.forget(folder)
+        stdout, stderr, status = _mypy(args, files)
+    except (ImportError, AttributeError, TypeError):
+        # `_mypy` calls mypy's own functions, which are not its public API: a mypy whose
+        # signatures moved still checks, through `mypy.api.run` (a fresh file record each round)
+        from mypy import api
+
+        stdout, stderr, status = api.run(args)
     if status not in (0, 1):
         return f"not run: mypy failed ({(stderr or stdout).strip()[:200]})"
     errors = []
@@ -154,14 +249,28 @@ def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> C
     decorated: dict[str, str] = {}
     removed: list[str] = []
     result = "clean"
-    with tempfile.TemporaryDirectory(prefix="trainmate-mypy-") as tmp:
+    with _cache_lock(), tempfile.TemporaryDirectory(prefix="trainmate-mypy-") as tmp:
         folder = Path(tmp)
-        for _ in range(ROUNDS):
+        seen = Files()
+        written: dict[str, str] = {}
+        # Each round's rewritten modules get a time a whole second past the last round's: mypy
+        # reads a module again only when its size or its time in whole seconds changed, and
+        # an edit can keep the size (removed annotations against an added decorator).
+        stamp = int(time.time()) + 1
+        for round_ in range(ROUNDS):
             for path, code in files.items():
-                if path.startswith(f"{package}/") and path.endswith(".py"):
+                # only what the last round's edits changed: mypy re-reads and re-hashes a file
+                # whose time changed, and rewrites its cache entry
+                if (
+                    path.startswith(f"{package}/")
+                    and path.endswith(".py")
+                    and written.get(path) != code
+                ):
+                    written[path] = code
                     (folder / path).parent.mkdir(parents=True, exist_ok=True)
                     (folder / path).write_text(code, encoding="utf-8")
-            errors = run_mypy(folder, package)
+                    os.utime(folder / path, (stamp + round_, stamp + round_))
+            errors = run_mypy(folder, package, seen)
             if isinstance(errors, str):
                 return Checked(files, errors)
             if not errors:
