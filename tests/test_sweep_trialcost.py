@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 from pathlib import Path
 
 import optuna
@@ -167,3 +168,36 @@ def test_after_ctrl_c_the_next_sweep_opens_the_journal_anew() -> None:
     assert kept_storage(JOURNAL) is not kept
     sweep(ip, "--sweep 2 --monitor val --study s --resume", cell)
     assert [t.state for t in last().trials] == ["complete", "failed", "complete"]
+
+
+class _LockFile:
+    """A journal lock that makes its file, then is interrupted before it returns (a Ctrl-C
+    landing there: the window in which Optuna's own lock left its file behind)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def acquire(self) -> bool:
+        self.path.touch()
+        os.kill(os.getpid(), signal.SIGINT)  # handled before the next line runs
+        return True
+
+    def release(self) -> None:
+        self.path.unlink()
+
+
+def test_a_ctrl_c_while_the_journal_is_locked_waits_for_the_lock_to_go(tmp_path: Path) -> None:
+    from jupyter_trainmate.sweep.storage import _SignalsHeld
+
+    lock = _SignalsHeld(_LockFile(tmp_path / "journal.lock"))
+    assert lock.acquire()  # no KeyboardInterrupt while the lock is held
+    assert (tmp_path / "journal.lock").exists()
+    with pytest.raises(KeyboardInterrupt):
+        lock.release()  # the Ctrl-C, once the lock file is gone
+    assert not (tmp_path / "journal.lock").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # the storage a sweep opens uses it: a real journal, written under the shielded lock
+    storage = open_storage(tmp_path / "optuna.journal")
+    study = optuna.create_study(storage=storage, study_name="s")
+    study.enqueue_trial({"x": 1.0})
+    assert not list(tmp_path.glob("*.lock"))

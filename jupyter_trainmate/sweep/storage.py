@@ -14,15 +14,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
+import signal
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import psutil
 
 if TYPE_CHECKING:
     import optuna
     from optuna.storages import JournalStorage
+    from optuna.storages.journal._file import BaseJournalFileLock
 
 JOURNAL = "optuna.journal"
 PROCESS = "trainmate_process"  # {"pid": ..., "started": ...}: one journal write per trial
@@ -33,10 +37,73 @@ CHECKPOINT = "trainmate_checkpoint"
 def open_storage(path: Path) -> JournalStorage:
     """The journal at `path`; each trial `study.ask()` creates in it is signed with this process
     in the same write (see `mark_process`)."""
-    from optuna.storages.journal import JournalFileBackend
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    return _signing_storage()(JournalFileBackend(str(path)))
+    lock = _SignalsHeld(JournalFileSymlinkLock(str(path)))  # Optuna's default lock, shielded
+    # (it has the two methods of Optuna's lock class, which the package does not export)
+    backend = JournalFileBackend(str(path), lock_obj=cast("BaseJournalFileLock", lock))
+    return _signing_storage()(backend)
+
+
+class _SignalsHeld:
+    """Optuna's journal lock with Ctrl-C and SIGTERM held back from taking it to releasing it.
+
+    The lock is a file that `acquire` makes and `release` removes. A KeyboardInterrupt between
+    the two (a Ctrl-C in the notebook, or the signal `--parallel` sends its workers, landing in a
+    `trial.report` or a `tell`) skipped the removal: every process then waited for Optuna's
+    30 s grace period before it could write again, and a `--parallel` worker stuck there was
+    killed and its trial marked "its process ended" instead of "interrupted (Ctrl-C)" (seen
+    once in a full test run). A signal that arrives meanwhile is handed to the handler it was
+    meant for once the lock is released. Handlers can only be set on the main thread: another
+    thread's writes are not shielded (signals interrupt only the main thread anyway)."""
+
+    def __init__(self, lock: Any) -> None:
+        self._lock = lock
+        self._saved: dict[int, Any] | None = None
+        self._pending: list[tuple[int, Any]] = []
+
+    def acquire(self) -> bool:
+        self._hold()
+        try:
+            return bool(self._lock.acquire())
+        except BaseException:
+            self._let_go()
+            raise
+
+    def release(self) -> None:
+        try:
+            self._lock.release()
+        finally:
+            self._let_go()
+
+    def _hold(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._pending = []
+        saved: dict[int, Any] = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            saved[signum] = signal.signal(signum, self._later)
+        self._saved = saved
+
+    def _later(self, signum: int, frame: Any) -> None:
+        self._pending.append((signum, frame))
+
+    def _let_go(self) -> None:
+        saved, self._saved = self._saved, None
+        if saved is None:
+            return
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        pending, self._pending = self._pending, []
+        for signum, frame in pending:
+            handler = saved[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                if signum == signal.SIGINT:
+                    raise KeyboardInterrupt
+                os.kill(os.getpid(), signum)  # its default action, now that the lock is free
 
 
 @dataclasses.dataclass
