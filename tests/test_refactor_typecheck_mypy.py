@@ -18,6 +18,16 @@ GOOD = "def double(x: int) -> int:\n    return x * 2\n"
 BAD = 'from .a import double\n\nvalue: str = double(3)\nprint(double("x"))\n'
 
 
+def _package(folder: Path) -> Path:
+    """`folder/pkg`: a module that is right (`a`) and one with two errors (`b`)."""
+    package = folder / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text(GOOD)
+    (package / "b.py").write_text(BAD)
+    return package
+
+
 def args(target: Path, cache: Path) -> list[str]:
     return ["--ignore-missing-imports", "--cache-dir", str(cache), "--config-file", os.devnull,
             "--no-error-summary", "--show-error-codes", "--no-pretty", "--hide-error-context",
@@ -26,11 +36,7 @@ def args(target: Path, cache: Path) -> list[str]:
 
 
 def test_the_same_output_as_mypy_api_run_round_after_round(tmp_path: Path) -> None:
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "a.py").write_text(GOOD)
-    (package / "b.py").write_text(BAD)
+    package = _package(tmp_path)
     files = Files()
     cache = tmp_path / "cache"
     seen = []
@@ -48,11 +54,7 @@ def test_the_same_output_as_mypy_api_run_round_after_round(tmp_path: Path) -> No
 
 
 def test_a_module_rewritten_between_rounds_is_read_again(tmp_path: Path) -> None:
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "a.py").write_text(GOOD)
-    (package / "b.py").write_text(BAD)
+    package = _package(tmp_path)
     files = Files()
     first = run_mypy(tmp_path, "pkg", files)
     assert not isinstance(first, str)
@@ -82,11 +84,7 @@ def test_a_mypy_whose_internals_moved_still_checks(
         raise TypeError("build() got an unexpected keyword argument")
 
     monkeypatch.setattr(typecheck, "_mypy", moved)
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "a.py").write_text(GOOD)
-    (package / "b.py").write_text(BAD)
+    _package(tmp_path)
     errors = run_mypy(tmp_path, "pkg")
     assert not isinstance(errors, str)
     assert {(e.module, e.code) for e in errors} == {("b", "assignment"), ("b", "arg-type")}
