@@ -11,8 +11,12 @@ reads the progress once a second (loss, samples/s, data-wait share; the loss rea
 host-device synchronisation, as for the display) and those readings are appended to the run's event file, opened on that thread at its first reading (or
 at the end of a shorter run) and flushed after each reading. The file is written in place, as
 `torch.utils.tensorboard.SummaryWriter` writes it (the same records, built by torch's summary
-functions and tensorboard's record writer) but without the writer thread and queue a
-SummaryWriter starts and joins: about half a millisecond of every short run. Metrics from `jupyter_trainmate.log(...)` are written at the step
+functions, framed as tensorboard's record writer frames them) but without the writer thread and
+queue a SummaryWriter starts and joins: about half a millisecond of every short run. Each record
+carries two CRC-32C checksums; tensorboard computes them in pure Python (about 0.24 us a byte,
+0.3-0.4 ms of a run's event file, more than any other part of a run's end): with
+`google-crc32c` installed (the `tensorboard` extra brings it) its C implementation frames the
+records instead, byte for byte the same. Metrics from `jupyter_trainmate.log(...)` are written at the step
 they were logged, and the run's summary line and options as text.
 """
 
@@ -23,10 +27,12 @@ import itertools
 import os
 import re
 import socket
+import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..errors import TrainmateError
 from .summary import RunProgress, RunSummary
@@ -53,6 +59,51 @@ def run_folder(runs: Path, run_name: str) -> Path:
     return runs / "tensorboard" / f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}"
 
 
+class _Records:
+    """TensorBoard's record framing (tensorboard's `RecordWriter`: the length, its masked CRC-32C,
+    the data, its masked CRC-32C, little-endian) with a CRC-32C function given."""
+
+    def __init__(self, file: BinaryIO, crc32c: Callable[[bytes], int]) -> None:
+        self._file = file
+        self._crc32c = crc32c
+
+    def _masked(self, data: bytes) -> bytes:
+        crc = self._crc32c(data)
+        return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+
+    def write(self, data: bytes) -> None:
+        header = struct.pack("<Q", len(data))
+        self._file.write(header + self._masked(header) + data + self._masked(data))
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def c_crc32c() -> Callable[[bytes], int] | None:
+    """google-crc32c's CRC-32C when it is installed with its C implementation, else None."""
+    try:
+        import google_crc32c
+    except ImportError:
+        return None
+    return google_crc32c.value if google_crc32c.implementation == "c" else None
+
+
+def record_writer(file: BinaryIO) -> Any:
+    """A writer of framed records to `file`: `_Records` with google-crc32c's C CRC-32C when it is
+    installed, else tensorboard's own `RecordWriter` (its CRC in pure Python)."""
+    crc32c = c_crc32c()
+    if crc32c is not None:
+        return _Records(file, crc32c)
+    from tensorboard.summary.writer.record_writer import (  # type: ignore[import-untyped]
+        RecordWriter,
+    )
+
+    return RecordWriter(file)
+
+
 _FILE_NUMBERS = itertools.count()  # as tensorboard's writer: a process's files never collide
 
 
@@ -61,9 +112,6 @@ class EventFile:
 
     def __init__(self, folder: Path) -> None:
         from tensorboard.compat.proto.event_pb2 import Event  # type: ignore[import-untyped]
-        from tensorboard.summary.writer.record_writer import (  # type: ignore[import-untyped]
-            RecordWriter,
-        )
         from torch.utils.tensorboard import summary
 
         self._event = Event
@@ -73,7 +121,7 @@ class EventFile:
             f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
             f"{os.getpid()}.{next(_FILE_NUMBERS)}"
         )
-        self._records = RecordWriter((folder / name).open("wb"))  # closed by close()
+        self._records = record_writer((folder / name).open("wb"))  # closed by close()
         self._write(self._event(wall_time=time.time(), file_version="brain.Event:2"))
 
     def _write(self, event: Any) -> None:
