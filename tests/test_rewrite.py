@@ -271,7 +271,7 @@ def test_step_zero_grad_and_every_clipping_name_go_through_the_session() -> None
         """,
         """\
         __trainmate__.zero_grad(opt)
-        __trainmate__.backward(loss, retain_graph=True)
+        __trainmate__.backward_kw(loss, retain_graph=True)
         __trainmate__.clip_grad_norm_(model.parameters(), 1.0)
         __trainmate__.clip_grad_norm_(model.parameters(), max_norm=1.0)
         __trainmate__.clip_grad_value_(model.parameters(), 0.5)

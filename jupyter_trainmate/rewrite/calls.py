@@ -2,7 +2,9 @@
 Training calls: `backward()`, `step()`, `zero_grad()` and gradient clipping go through the session.
 
 `loss.backward()` becomes `__trainmate__.backward(loss)`, `x.step(...)` becomes
-`__trainmate__.step(x, ...)`, and so on; torch's deprecated `clip_grad_norm` goes through the
+`__trainmate__.step(x, ...)`, and so on (a call with keyword arguments goes to the `_kw` form:
+`opt.zero_grad(set_to_none=True)` becomes `__trainmate__.zero_grad_kw(opt, set_to_none=True)`;
+the plain forms take no `**kwargs`, which would cost every step a dict); torch's deprecated `clip_grad_norm` goes through the
 session's `clip_grad_norm_`, as torch's own does. The session decides at run time what each
 receiver is (an optimizer, a scheduler, a GradScaler or something else entirely, such as a gym
 environment) and passes anything it does not own straight through, so a rewrite never changes
@@ -41,6 +43,8 @@ class TrainCallTransformer(cst.CSTTransformer):
             method = func.attr.value
             text = cst.Module([]).code_for_node(receiver)
             self.context.instrumented(line, f"{text}.{method}()")
+            if any(a.keyword is not None or a.star == "**" for a in updated_node.args):
+                method += "_kw"
             return _session_call(method, [cst.Arg(receiver), *updated_node.args])
         name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
         if name in CLIP:
