@@ -49,13 +49,14 @@ class _Nothing:
     def __call__(self, *args, **kwargs): return _Nothing()
     def __getitem__(self, key): return _Nothing()
     def __iter__(self): return iter((_Nothing(), _Nothing()))
+    def __setitem__(self, key, value): pass
 
 def _attribute(name):
     if name.startswith("__"):
         raise AttributeError(name)
     return _Nothing()
 
-for _name in ("matplotlib", "matplotlib.pyplot"):
+for _name in ("matplotlib", "matplotlib.pyplot", "matplotlib.gridspec", "matplotlib.animation"):
     _module = types.ModuleType(_name)
     _module.__getattr__ = _attribute
     sys.modules[_name] = _module

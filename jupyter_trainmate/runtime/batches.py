@@ -205,6 +205,10 @@ class Batches:
     def samples_source(self) -> SamplesSource:
         if not self._samples_counted:
             return "none"
+        if self._samples_guessed and not self.counted()[1]:
+            # the guess found no tensor or array in any batch (a list of token ids per step):
+            # "~0 samples (a guess)" would read as a count
+            return "none"
         return "batch dim 0" if self._samples_guessed else "loader"
 
     def epoch(self, iterable: Iterable[Any]) -> Iterator[Any]:
