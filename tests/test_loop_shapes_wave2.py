@@ -4,10 +4,15 @@ is the notebook's shape, tiny, trained for real on the CPU, bit-identical to the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import torch
 from IPython.core.error import UsageError
 
-from .train_harness import COMMON, assert_parity, run
+from jupyter_trainmate import last_run
+
+from .train_harness import COMMON, assert_parity, fresh_shell, run, weights
 
 SENTENCES = """
 sentences = [torch.randint(0, 20, (int(n),)).tolist() for n in torch.randint(3, 8, (12,))]
@@ -101,3 +106,38 @@ while iteration[0] < 10:
     with pytest.raises(UsageError, match=refusal) as error:
         run([COMMON, cell], "--accumulate 2")
     assert "\n" not in str(error.value)
+
+
+STEP_THEN_ZERO = """
+for epoch in range(2):
+    for xb, yb in loader:
+        k += 1
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        if k == STOP:
+            raise KeyboardInterrupt  # a Ctrl-C while backward() ran, or just after
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("stop", [6, 9], ids=["mid-epoch", "first-batch-of-epoch-2"])
+def test_resume_after_a_ctrl_c_between_backward_and_step(stop: int, tmp_path: Path) -> None:
+    """dair-ai/ML-Notebooks first_nn: `l.backward(); trainer.step(); trainer.zero_grad()`, a
+    Ctrl-C after a backward(). Mid-epoch, that batch's gradients stayed in `.grad` and `--resume`
+    in the same kernel redid the batch on top of them (this order zeroes only after the step).
+    In an epoch's first batch, the checkpoint kept the generators as they were after the fetch,
+    so the resumed epoch drew another shuffle order. Either way the resumed run ended with other
+    weights; it ends with the uninterrupted run's, bit for bit."""
+    setup = COMMON + "\nk = 0\nSTOP = -1\n"
+    expected = weights(run([setup, STEP_THEN_ZERO], None))
+    ip = fresh_shell()
+    ip.run_cell(setup + f"STOP = {stop}\n").raise_error()
+    line = f"--checkpoint {tmp_path} --display off"
+    ip.run_cell(f"%%train {line}\n{STEP_THEN_ZERO}")
+    interrupted = last_run()
+    assert interrupted is not None and interrupted.outcome == "interrupted"
+    ip.user_ns["STOP"] = -1
+    ip.run_cell(f"%%train {line} --resume\n{STEP_THEN_ZERO}").raise_error()
+    got = weights(ip)
+    assert [k for k in expected if not torch.equal(expected[k], got[k])] == []

@@ -67,15 +67,22 @@ class Checkpoints:
 
     # -- out -------------------------------------------------------------------------------------
 
-    def save(self, position: int, epoch: int, torch_rng: torch.Tensor | None = None) -> Path:
-        """Hand a checkpoint of the notebook's training objects to the writer (batch boundary)."""
+    def save(
+        self,
+        position: int,
+        epoch: int,
+        torch_rng: torch.Tensor | None = None,
+        rng: dict[str, Any] | None = None,
+    ) -> Path:
+        """Hand a checkpoint of the notebook's training objects to the writer (batch boundary).
+        `rng`: the generators to record instead of their state now; `torch_rng`: the torch one."""
         assert self.directory is not None
         if not self.writes:
             return self.directory / checkpoint_name(
                 self._steps_before + self._steps(), epoch, position
             )
         objects = trainable_objects(self._namespace)
-        rng = rng_state()
+        rng = rng_state() if rng is None else rng
         if torch_rng is not None:
             rng["torch"] = torch_rng
         # Copied here, on the training thread: the writer thread serialises while training goes
@@ -143,6 +150,11 @@ class Checkpoints:
         if self._in_body and self.updated:  # the step had updated the weights: it counts
             done += 1
             path = self.save(done, epoch)
+        elif self._in_body and done == 0 and self._epoch_rng is not None:
+            # The epoch's first batch had not: a resume starts this epoch afresh, and its
+            # iter() draws the order again, so the generators go back to before that draw (not
+            # to after the first fetch, which would draw another order)
+            path = self.save(0, epoch, rng=self._epoch_rng)
         elif self._in_body:  # it had not: back to the moment its batch arrived
             path = self.save(done, epoch, torch_rng=self._rng_after_fetch)
         else:
@@ -185,6 +197,19 @@ class Checkpoints:
                     ) from None
         if payload.get("scaler") is not None and self._scaler is not None:
             self._scaler.load_state_dict(payload["scaler"])
+        if not payload.get("grads"):
+            # At a batch boundary outside an accumulation window no gradient is carried into the
+            # next step. Those in `.grad` now are the interrupted run's (a Ctrl-C between
+            # backward() and step() leaves its batch's): a loop that zeroes after stepping
+            # (`opt.step(); opt.zero_grad()`) would add the redone batch's gradients to them.
+            # None, as after zero_grad() and as in a fresh kernel.
+            for model in objects["models"].values():
+                for p in model.parameters():
+                    p.grad = None
+            for optimizer in objects["optimizers"].values():
+                for group in optimizer.param_groups:
+                    for p in group["params"]:
+                        p.grad = None
         for name, grads in (payload.get("grads") or {}).items():
             params = dict(objects["models"][name].named_parameters())
             for key, grad in grads.items():
