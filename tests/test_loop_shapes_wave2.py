@@ -136,7 +136,8 @@ def test_resume_after_a_ctrl_c_between_backward_and_step(stop: int, tmp_path: Pa
     line = f"--checkpoint {tmp_path} --display off"
     ip.run_cell(f"%%train {line}\n{STEP_THEN_ZERO}")
     interrupted = last_run()
-    assert interrupted is not None and interrupted.outcome == "interrupted"
+    assert interrupted is not None
+    assert interrupted.outcome == "interrupted"
     ip.user_ns["STOP"] = -1
     ip.run_cell(f"%%train {line} --resume\n{STEP_THEN_ZERO}").raise_error()
     got = weights(ip)
