@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_trainmate import last_run
+from jupyter_trainmate.runtime.checkpoint import checkpoints
 
 from .train_harness import COMMON, assert_parity, fresh_shell, run, weights
 
@@ -142,3 +144,136 @@ def test_resume_after_a_ctrl_c_between_backward_and_step(stop: int, tmp_path: Pa
     ip.run_cell(f"%%train {line} --resume\n{STEP_THEN_ZERO}").raise_error()
     got = weights(ip)
     assert [k for k in expected if not torch.equal(expected[k], got[k])] == []
+
+
+def interrupt_then_resume(cells: list[str], loop: str, folder: Path) -> InteractiveShell:
+    """Run `loop` under `%%train --checkpoint FOLDER` with STOP = 6 (the cell raises
+    KeyboardInterrupt there), then again with STOP = -1 and `--resume`; the shell after."""
+    ip = fresh_shell()
+    for source in cells:
+        ip.run_cell(source).raise_error()
+    ip.user_ns["STOP"] = 6
+    line = f"--checkpoint {folder} --display off"
+    ip.run_cell(f"%%train {line}\n{loop}")
+    interrupted = last_run()
+    assert interrupted is not None
+    assert interrupted.outcome == "interrupted"
+    ip.user_ns["STOP"] = -1
+    ip.run_cell(f"%%train {line} --resume\n{loop}").raise_error()
+    return ip
+
+
+SPLIT_IN_THE_CELL = """
+import numpy as np
+np.random.seed(0)
+k = 0
+STOP = -1
+"""
+
+SHUFFLE_THEN_TRAIN = """
+order = np.random.permutation(256)  # a data split drawn in the training cell, before its loop
+split = DataLoader(TensorDataset(x[order[:160]], y[order[:160]]), batch_size=32, shuffle=True)
+for epoch in range(2):
+    for xb, yb in split:
+        k += 1
+        opt.zero_grad()
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        if k == STOP:
+            raise KeyboardInterrupt
+        opt.step()
+"""
+
+
+def test_resume_draws_what_the_cell_draws_before_its_loop_as_the_interrupted_run_did(
+    tmp_path: Path,
+) -> None:
+    """Bjarten/early-stopping-pytorch: `create_datasets()` in the training cell shuffles the
+    indices with np.random before the loop (dair-ai's nn-lm shuffles its sentences with
+    random.shuffle). The resumed run drew them from wherever the kernel's generators were after
+    the interruption: another split, other weights. The generators go back to the run's start."""
+    expected = weights(run([COMMON, SPLIT_IN_THE_CELL, SHUFFLE_THEN_TRAIN], None))
+    ip = interrupt_then_resume([COMMON, SPLIT_IN_THE_CELL], SHUFFLE_THEN_TRAIN, tmp_path)
+    got = weights(ip)
+    assert [k for k in expected if not torch.equal(expected[k], got[k])] == []
+
+
+MODEL_IN_THE_CELL = """
+net = nn.Linear(8, 2)
+opt_net = torch.optim.Adam(net.parameters(), lr=0.01)
+for epoch in range(2):
+    for xb, yb in loader:
+        k += 1
+        opt_net.zero_grad()
+        loss_fn(net(xb), yb).backward()
+        if k == STOP:
+            raise KeyboardInterrupt
+        opt_net.step()
+"""
+
+
+def test_resume_refuses_a_cell_that_makes_its_optimizer_anew(tmp_path: Path) -> None:
+    """huggingface/diffusion-models-class unit 1 (and dair-ai's bow, captum's house prices):
+    the model and optimizer are made in the training cell (or in the function it calls). The
+    checkpoint went into the old ones, the cell made fresh ones, and `--resume` trained those
+    from the resumed position as if nothing were wrong. It stops at the first step, in one
+    line, and writes no checkpoint over the good one."""
+    with pytest.raises(UsageError, match="--resume: the cell steps an optimizer the checkpoint"):
+        interrupt_then_resume([COMMON, "k = 0\nSTOP = -1\n"], MODEL_IN_THE_CELL, tmp_path)
+    assert len(checkpoints(tmp_path)) == 1  # the interrupted run's, not overwritten
+
+
+OPTIMIZER_IN_THE_FUNCTION = """
+def fit(model_inp, epochs=2):
+    global k
+    optimizer = torch.optim.RMSprop(model_inp.parameters(), lr=0.01)
+    for epoch in range(epochs):
+        for xb, yb in loader:
+            k += 1
+            optimizer.zero_grad()
+            loss_fn(model_inp(xb), yb).backward()
+            if k == STOP:
+                raise KeyboardInterrupt
+            optimizer.step()
+"""
+
+
+def test_resume_refuses_an_optimizer_made_inside_the_function_the_cell_calls(
+    tmp_path: Path,
+) -> None:
+    """pytorch/captum House_Prices_Regression_Interpret: `train(model_inp)` makes its RMSprop
+    inside. It is no notebook variable, so no checkpoint holds its state; the resumed run
+    went on with a fresh one (other weights), without a word."""
+    with pytest.raises(UsageError, match="--resume: the cell steps an optimizer the checkpoint"):
+        interrupt_then_resume(
+            [COMMON, "k = 0\nSTOP = -1\n", OPTIMIZER_IN_THE_FUNCTION], "fit(model)\n", tmp_path
+        )
+
+
+def test_a_sweep_trial_that_steps_no_optimizer_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytorch/captum House_Prices_Regression_Interpret under `--sweep --space lr=...`: the
+    first trial trains and saves the model, the second finds the file and loads it instead. The
+    error said no stepped optimizer had an `lr`, as if the setting were misspelt; it says the
+    trial stepped none, and why that happens."""
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    cell = f"""
+import os
+if os.path.exists({str(tmp_path / "model.pt")!r}):
+    model.load_state_dict(torch.load({str(tmp_path / "model.pt")!r}))
+else:
+    for xb, yb in loader:
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        opt.step()
+    torch.save(model.state_dict(), {str(tmp_path / "model.pt")!r})
+"""
+    monkeypatch.chdir(tmp_path)  # the sweep's journal and run records
+    line = '--sweep 2 --monitor loss --space "lr=0.01..0.1" --prune none --display off'
+    result = ip.run_cell(f"%%train {line}\n{cell}")
+    error = result.error_in_exec
+    assert isinstance(error, UsageError)
+    assert "--space lr: no optimizer the cell stepped: this trial stepped none" in str(error)
+    assert "\n" not in str(error)

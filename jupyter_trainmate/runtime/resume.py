@@ -64,6 +64,12 @@ class Checkpoints:
         self._in_body = False  # between a batch's arrival and the request for the next
         self._epoch = 0  # the epoch in progress, 0-based in the epoch loop
         self._done = 0  # batches completed in the epoch in progress
+        # The generators as the run began: a checkpoint carries them and `--resume` restores them
+        # before the cell runs, so what the cell draws ahead of its loop (a data split, a
+        # shuffle, np.random in a helper) is drawn as the interrupted run drew it.
+        self._start_rng = rng_state() if self.directory is not None else None
+        # ids of the optimizers a resume loaded states into (None: not resuming)
+        self.loaded_optimizers: set[int] | None = None
 
     # -- out -------------------------------------------------------------------------------------
 
@@ -111,6 +117,7 @@ class Checkpoints:
             "scaler": self._scaler.state_dict() if self._scaler is not None else None,
             "rng": rng,
             "epoch_rng": self._epoch_rng if position else None,
+            "start_rng": self._start_rng,
             "epoch": epoch,
             "position": position,
             "steps": steps,
@@ -218,6 +225,12 @@ class Checkpoints:
                     p.grad = None if grad is None else grad.to(p.device, p.dtype)
         if payload.get("pending") and self._accumulation.active:
             self._accumulation.pending = int(payload["pending"])
+        # none when the run's optimizer was not a notebook variable (made inside the function
+        # the cell calls): its state is not in the checkpoint, and a step of it is refused too
+        self.loaded_optimizers = {id(objects["optimizers"][name]) for name in payload["optimizers"]}
+        if payload.get("start_rng") is not None:
+            set_rng_state(payload["start_rng"])
+            self._start_rng = payload["start_rng"]
         self._steps_before = int(payload.get("steps") or 0)
         self._epochs_to_skip = int(payload["epoch"])
         self._resume = dict(payload)
