@@ -277,3 +277,27 @@ else:
     assert isinstance(error, UsageError)
     assert "--space lr: no optimizer the cell stepped: this trial stepped none" in str(error)
     assert "\n" not in str(error)
+
+
+def test_an_interrupted_counter_loop_says_it_wrote_no_checkpoint(tmp_path: Path) -> None:
+    """zergtant/pytorch-handbook 3.3 (and L1aoXingyu's LSTM time series): `for step in
+    range(EPOCHS):` makes each step's batch itself. Checkpoints are taken in batch loops, so a
+    Ctrl-C under --checkpoint wrote none and said nothing; `--resume` then found no checkpoint.
+    The interrupted run says so."""
+    cell = """
+for step in range(20):
+    xb = torch.randn(16, 8)
+    opt.zero_grad()
+    loss_fn(model(xb), (xb[:, 0] > 0).long()).backward()
+    opt.step()
+    if step == 5:
+        raise KeyboardInterrupt
+"""
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(f"%%train --checkpoint {tmp_path} --display off\n{cell}")
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "interrupted"
+    assert any("interrupted: no checkpoint written" in event for event in summary.events)
+    assert checkpoints(tmp_path) == []

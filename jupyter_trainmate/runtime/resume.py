@@ -151,8 +151,16 @@ class Checkpoints:
 
     def after_error(self, what: str) -> None:
         """On Ctrl-C or an exception: save the last complete step and say how to continue."""
-        if self.directory is None or (not self._in_body and self._done == 0):
-            return  # outside a batch loop: the epoch-end checkpoint is the latest state
+        if self.directory is None:
+            return
+        if not self._in_body and self._done == 0:  # outside a batch loop
+            if self.last is None:  # `for step in range(n):` drawing its own batches
+                self._report(
+                    f"{what}: no checkpoint written (--checkpoint saves inside batch loops and at "
+                    "their end; this run's training loop iterates no batches), so --resume has "
+                    "nothing to continue"
+                )
+            return  # else the epoch-end checkpoint is the latest state
         done, epoch = self._done, self._epoch
         if self._in_body and self.updated:  # the step had updated the weights: it counts
             done += 1
