@@ -301,3 +301,57 @@ for step in range(20):
     assert summary.outcome == "interrupted"
     assert any("interrupted: no checkpoint written" in event for event in summary.events)
     assert checkpoints(tmp_path) == []
+
+
+TRAIN_FUNCTION = """
+val_loader = DataLoader(TensorDataset(x[:64], y[:64]), batch_size=16, shuffle=True)
+k = 0
+STOP = -1
+
+def train(model, dataloader, optim, loss_func):
+    global k
+    model.train()
+    for xb, yb in dataloader:
+        k += 1
+        optim.zero_grad()
+        loss_func(model(xb), yb).backward()
+        if k == STOP:
+            raise KeyboardInterrupt
+        optim.step()
+
+def validate(model, dataloader, loss_func):
+    model.eval()
+    with torch.no_grad():
+        return sum(loss_func(model(xb), yb).item() for xb, yb in dataloader)
+"""
+
+EPOCHS_IN_THE_CELL = """
+for ep in range(3):
+    train(model, loader, opt, loss_fn)
+    validation_loss = validate(model, val_loader, loss_fn)
+"""
+
+
+def test_resume_in_a_later_epoch_when_the_epoch_loop_calls_the_batch_loop(tmp_path: Path) -> None:
+    """PacktPublishing/Mastering-PyTorch chapter 4: `for ep in range(num_epochs):
+    train(rnn_model, train_dataloader, optim, loss_func); validate(...)`. The epoch loop is a
+    counter loop (the batch loop is in the function), and a resume in epoch 2 ran the finished
+    epoch 1 again before the rest: more steps, other weights. It skips it, as an epoch loop that
+    holds its batch loop does."""
+    expected = weights(run([COMMON, TRAIN_FUNCTION, EPOCHS_IN_THE_CELL], None))
+    ip = fresh_shell()
+    for source in (COMMON, TRAIN_FUNCTION):
+        ip.run_cell(source).raise_error()
+    ip.user_ns["STOP"] = 11  # the 3rd batch of epoch 2 (8 an epoch)
+    line = f"--checkpoint {tmp_path} --display off"
+    ip.run_cell(f"%%train {line}\n{EPOCHS_IN_THE_CELL}")
+    interrupted = last_run()
+    assert interrupted is not None
+    assert interrupted.outcome == "interrupted"
+    ip.user_ns["STOP"] = -1
+    ip.run_cell(f"%%train {line} --resume\n{EPOCHS_IN_THE_CELL}").raise_error()
+    resumed = last_run()
+    assert resumed is not None
+    assert resumed.optimizer_steps == 24 - 10
+    got = weights(ip)
+    assert [k for k in expected if not torch.equal(expected[k], got[k])] == []

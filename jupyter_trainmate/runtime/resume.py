@@ -59,6 +59,10 @@ class Checkpoints:
         self._steps_before = 0  # steps of the run this one resumed (checkpoint names count on)
         self._resume: dict[str, Any] | None = None  # a loaded checkpoint, until its epoch starts
         self._epochs_to_skip = 0
+        # Whether the run's epochs were passes of a counter loop (`for ep in range(n):
+        # train(...)`, the batch loop in a function): no explicit epoch loop ran (see `Batches`)
+        self.explicit_epochs = False
+        self._counter_epochs = False  # the resumed checkpoint's epochs were such passes
         self._epoch_rng: dict[str, Any] | None = None  # the RNG before the epoch drew its order
         self._rng_after_fetch: torch.Tensor | None = None
         self._in_body = False  # between a batch's arrival and the request for the next
@@ -118,6 +122,7 @@ class Checkpoints:
             "rng": rng,
             "epoch_rng": self._epoch_rng if position else None,
             "start_rng": self._start_rng,
+            "counter_epochs": not self.explicit_epochs,
             "epoch": epoch,
             "position": position,
             "steps": steps,
@@ -241,6 +246,7 @@ class Checkpoints:
             self._start_rng = payload["start_rng"]
         self._steps_before = int(payload.get("steps") or 0)
         self._epochs_to_skip = int(payload["epoch"])
+        self._counter_epochs = bool(payload.get("counter_epochs"))
         self._resume = dict(payload)
         self._apply_settings(objects["optimizers"])
 
@@ -257,6 +263,14 @@ class Checkpoints:
                 if name == "lr" and "initial_lr" in group:
                     group["initial_lr"] = value  # schedulers scale from here
             self._report(f"--set {name}={value:g} on {len(groups)} parameter group(s)")
+
+    def take_counter_epochs_done(self) -> int:
+        """Like `take_epochs_done`, for the outermost counter loop of a run whose checkpoint
+        counted its passes as the epochs (0 when an explicit epoch loop counted them)."""
+        if not self._counter_epochs:
+            return 0
+        self._counter_epochs = False
+        return self.take_epochs_done()
 
     def take_epochs_done(self) -> int:
         """Epochs the resumed run had finished (the epoch loop skips them), once; else 0."""
