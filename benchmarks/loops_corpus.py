@@ -18,6 +18,7 @@ import contextlib
 import io
 import math
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,10 @@ import numpy as np
 import tomllib
 import torch
 from IPython.core.interactiveshell import InteractiveShell
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
 from jupyter_trainmate import last_run
 from jupyter_trainmate.runtime import session as session_module
@@ -49,13 +53,14 @@ class _Nothing:
     def __call__(self, *args, **kwargs): return _Nothing()
     def __getitem__(self, key): return _Nothing()
     def __iter__(self): return iter((_Nothing(), _Nothing()))
+    def __setitem__(self, key, value): pass
 
 def _attribute(name):
     if name.startswith("__"):
         raise AttributeError(name)
     return _Nothing()
 
-for _name in ("matplotlib", "matplotlib.pyplot"):
+for _name in ("matplotlib", "matplotlib.pyplot", "matplotlib.gridspec", "matplotlib.animation"):
     _module = types.ModuleType(_name)
     _module.__getattr__ = _attribute
     sys.modules[_name] = _module
@@ -167,14 +172,49 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+INTERRUPTIONS: list[str] = []  # what each interrupted run reported (its events), for the report
+
+
+def interrupted(ip: InteractiveShell, cell: str, before: int) -> None:
+    """Run `cell`, stopped by a KeyboardInterrupt just before its `before`-th optimizer step:
+    after that batch's backward(), where a Ctrl-C lands most often (backward() is long)."""
+    seen = 0
+
+    def stop(optimizer: Any, args: Any, kwargs: Any) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == before:
+            raise KeyboardInterrupt
+
+    handle = register_optimizer_step_pre_hook(stop)
+    try:
+        ip.run_cell(cell)
+    finally:
+        handle.remove()
+    summary = last_run()
+    if summary is None or summary.outcome != "interrupted":
+        raise RuntimeError(f"the run was not interrupted at optimizer step {before}")
+    INTERRUPTIONS[:] = list(summary.events)
+
+
 def run(
-    setup: list[str], train: str, line: str | None, repeat: int = 1, then_plain: bool = False
+    setup: list[str],
+    train: str,
+    line: str | None,
+    repeat: int = 1,
+    then_plain: bool = False,
+    interrupt_at: int = 0,
 ) -> tuple[InteractiveShell, int]:
     """Run the program in a fresh shell; the training cell (`repeat` times, as a user runs a cell
-    again) plainly or under `%%train LINE`, then once more plainly if `then_plain`."""
+    again) plainly or under `%%train LINE`, then once more plainly if `then_plain`. With
+    `interrupt_at`, the `%%train` run is first interrupted before that optimizer step and then
+    run again with `--resume` (LINE names the `--checkpoint` folder)."""
     ip = fresh_shell()
     for source in setup:
         ip.run_cell(source).raise_error()
+    if interrupt_at and line is not None:
+        interrupted(ip, f"%%train {line}\n{train}", interrupt_at)
+        line = f"{line} --resume"
     steps = 0
 
     def count(optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -195,7 +235,12 @@ def run(
 
 
 def measure(
-    entry: Entry, folder: Path, line: str, repeat: int = 1, then_plain: bool = False
+    entry: Entry,
+    folder: Path,
+    line: str,
+    repeat: int = 1,
+    then_plain: bool = False,
+    interrupt_at: int = 0,
 ) -> Outcome:
     setup, train = program(entry, folder)
     started = time.perf_counter()
@@ -221,7 +266,7 @@ def measure(
             plain = state(plain_ip)
             session_module.TrainSession.close = close  # type: ignore[method-assign]
             try:
-                trained_ip, _ = run(setup, train, line, repeat, then_plain)
+                trained_ip, _ = run(setup, train, line, repeat, then_plain, interrupt_at)
             finally:
                 session_module.TrainSession.close = original_close  # type: ignore[method-assign]
             trained = state(trained_ip)
@@ -245,6 +290,8 @@ def measure(
     }
 
     notes = [*summary.instrumented, *summary.left_alone, *summary.events]
+    if interrupt_at:
+        notes += [f"interrupted run: {event}" for event in INTERRUPTIONS]
     return Outcome(
         identical=not differing,
         differing=differing,
@@ -301,6 +348,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--then-plain", action="store_true", help="then run the training cell once more, plainly"
     )
+    parser.add_argument(
+        "--interrupt-at",
+        type=int,
+        default=0,
+        help="interrupt the %%%%train run before this optimizer step, then run it with --resume "
+        "(each notebook gets its own --checkpoint folder)",
+    )
     args = parser.parse_args(argv)
     entries = [e for e in load(args.manifest) if not args.only or e.name in args.only]
     failures = 0
@@ -312,7 +366,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             failures += 1
             continue
-        outcome = measure(entry, args.folder, args.line, args.repeat, args.then_plain)
+        line = args.line
+        if args.interrupt_at:  # a fresh checkpoint folder per notebook
+            line = f"{line} --checkpoint {tempfile.mkdtemp(prefix='loops-ckpt-')}"
+        outcome = measure(entry, args.folder, line, args.repeat, args.then_plain, args.interrupt_at)
         print(report(entry, outcome), flush=True)
         counts_right = all(
             outcome.summary.get(k) == v or (k == "samples" and outcome.samples_source == "none")

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
 SESSION = "__trainmate__"
 """The name under which the running `TrainSession` is visible to rewritten code."""
+
+
+def one_line(code: str) -> str:
+    """Source that spans lines (`tqdm(enumerate(\\n    batches(...)),\\n    total=n)`) on one
+    line: a note is one line of `--show` and of the run summary's lists."""
+    if "\n" not in code:
+        return code
+    return re.sub(r"\(\s+", "(", re.sub(r"\s*\n\s*", " ", code)).replace(" )", ")")
 
 
 @dataclass(frozen=True)
@@ -38,12 +47,12 @@ class RewriteContext:
 
     def instrumented(self, line: int, what: str, reason: str = "") -> None:
         self.notes.append(
-            Note("instrumented", self.where(line), what, reason, line + self.line_offset)
+            Note("instrumented", self.where(line), one_line(what), reason, line + self.line_offset)
         )
 
     def left_alone(self, line: int, what: str, reason: str) -> None:
         self.notes.append(
-            Note("left alone", self.where(line), what, reason, line + self.line_offset)
+            Note("left alone", self.where(line), one_line(what), reason, line + self.line_offset)
         )
 
     def sorted_notes(self) -> list[Note]:

@@ -159,6 +159,7 @@ class Batches:
         """The epoch loop's iterable, returned as is: the session only learns its length (and,
         resuming, skips the epochs the checkpoint had finished)."""
         self._epochs_calls += 1
+        self._checkpoints.explicit_epochs = True
         try:
             self.epochs_total = len(iterable)  # type: ignore[arg-type]
         except TypeError:
@@ -204,6 +205,10 @@ class Batches:
     @property
     def samples_source(self) -> SamplesSource:
         if not self._samples_counted:
+            return "none"
+        if self._samples_guessed and not self.counted()[1]:
+            # the guess found no tensor or array in any batch (a list of token ids per step):
+            # "~0 samples (a guess)" would read as a count
             return "none"
         return "batch dim 0" if self._samples_guessed else "loader"
 
@@ -399,6 +404,16 @@ class Batches:
         except TypeError:
             length = None
         parent = self._loops[-1] if self._loops else None
+        if parent is None and self._checkpoints.resuming:
+            # `for ep in range(n): train(...)`: this loop's passes were the checkpoint's epochs
+            # (no explicit epoch loop ran); skip the finished ones, as `epochs()` does
+            done = self._checkpoints.take_counter_epochs_done()
+            if done > 0:
+                self._epochs_base -= done
+                if isinstance(iterable, range):
+                    iterable = iterable[done:]
+                else:
+                    iterable = itertools.islice(iterable, done, None)
         self._inner_loop_started(epochs=True)
         frame = _CounterLoop(length, self.epochs_seen, self._epochs_calls)
         self._loops.append(frame)

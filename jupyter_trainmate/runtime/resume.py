@@ -59,23 +59,40 @@ class Checkpoints:
         self._steps_before = 0  # steps of the run this one resumed (checkpoint names count on)
         self._resume: dict[str, Any] | None = None  # a loaded checkpoint, until its epoch starts
         self._epochs_to_skip = 0
+        # Whether the run's epochs were passes of a counter loop (`for ep in range(n):
+        # train(...)`, the batch loop in a function): no explicit epoch loop ran (see `Batches`)
+        self.explicit_epochs = False
+        self._counter_epochs = False  # the resumed checkpoint's epochs were such passes
         self._epoch_rng: dict[str, Any] | None = None  # the RNG before the epoch drew its order
         self._rng_after_fetch: torch.Tensor | None = None
         self._in_body = False  # between a batch's arrival and the request for the next
         self._epoch = 0  # the epoch in progress, 0-based in the epoch loop
         self._done = 0  # batches completed in the epoch in progress
+        # The generators as the run began: a checkpoint carries them and `--resume` restores them
+        # before the cell runs, so what the cell draws ahead of its loop (a data split, a
+        # shuffle, np.random in a helper) is drawn as the interrupted run drew it.
+        self._start_rng = rng_state() if self.directory is not None else None
+        # ids of the optimizers a resume loaded states into (None: not resuming)
+        self.loaded_optimizers: set[int] | None = None
 
     # -- out -------------------------------------------------------------------------------------
 
-    def save(self, position: int, epoch: int, torch_rng: torch.Tensor | None = None) -> Path:
-        """Hand a checkpoint of the notebook's training objects to the writer (batch boundary)."""
+    def save(
+        self,
+        position: int,
+        epoch: int,
+        torch_rng: torch.Tensor | None = None,
+        rng: dict[str, Any] | None = None,
+    ) -> Path:
+        """Hand a checkpoint of the notebook's training objects to the writer (batch boundary).
+        `rng`: the generators to record instead of their state now; `torch_rng`: the torch one."""
         assert self.directory is not None
         if not self.writes:
             return self.directory / checkpoint_name(
                 self._steps_before + self._steps(), epoch, position
             )
         objects = trainable_objects(self._namespace)
-        rng = rng_state()
+        rng = rng_state() if rng is None else rng
         if torch_rng is not None:
             rng["torch"] = torch_rng
         # Copied here, on the training thread: the writer thread serialises while training goes
@@ -104,6 +121,8 @@ class Checkpoints:
             "scaler": self._scaler.state_dict() if self._scaler is not None else None,
             "rng": rng,
             "epoch_rng": self._epoch_rng if position else None,
+            "start_rng": self._start_rng,
+            "counter_epochs": not self.explicit_epochs,
             "epoch": epoch,
             "position": position,
             "steps": steps,
@@ -137,12 +156,25 @@ class Checkpoints:
 
     def after_error(self, what: str) -> None:
         """On Ctrl-C or an exception: save the last complete step and say how to continue."""
-        if self.directory is None or (not self._in_body and self._done == 0):
-            return  # outside a batch loop: the epoch-end checkpoint is the latest state
+        if self.directory is None:
+            return
+        if not self._in_body and self._done == 0:  # outside a batch loop
+            if self.last is None:  # `for step in range(n):` drawing its own batches
+                self._report(
+                    f"{what}: no checkpoint written (--checkpoint saves inside batch loops and at "
+                    "their end; this run's training loop iterates no batches), so --resume has "
+                    "nothing to continue"
+                )
+            return  # else the epoch-end checkpoint is the latest state
         done, epoch = self._done, self._epoch
         if self._in_body and self.updated:  # the step had updated the weights: it counts
             done += 1
             path = self.save(done, epoch)
+        elif self._in_body and done == 0 and self._epoch_rng is not None:
+            # The epoch's first batch had not: a resume starts this epoch afresh, and its
+            # iter() draws the order again, so the generators go back to before that draw (not
+            # to after the first fetch, which would draw another order)
+            path = self.save(0, epoch, rng=self._epoch_rng)
         elif self._in_body:  # it had not: back to the moment its batch arrived
             path = self.save(done, epoch, torch_rng=self._rng_after_fetch)
         else:
@@ -185,6 +217,19 @@ class Checkpoints:
                     ) from None
         if payload.get("scaler") is not None and self._scaler is not None:
             self._scaler.load_state_dict(payload["scaler"])
+        if not payload.get("grads"):
+            # At a batch boundary outside an accumulation window no gradient is carried into the
+            # next step. Those in `.grad` now are the interrupted run's (a Ctrl-C between
+            # backward() and step() leaves its batch's): a loop that zeroes after stepping
+            # (`opt.step(); opt.zero_grad()`) would add the redone batch's gradients to them.
+            # None, as after zero_grad() and as in a fresh kernel.
+            for model in objects["models"].values():
+                for p in model.parameters():
+                    p.grad = None
+            for optimizer in objects["optimizers"].values():
+                for group in optimizer.param_groups:
+                    for p in group["params"]:
+                        p.grad = None
         for name, grads in (payload.get("grads") or {}).items():
             params = dict(objects["models"][name].named_parameters())
             for key, grad in grads.items():
@@ -193,8 +238,15 @@ class Checkpoints:
                     p.grad = None if grad is None else grad.to(p.device, p.dtype)
         if payload.get("pending") and self._accumulation.active:
             self._accumulation.pending = int(payload["pending"])
+        # none when the run's optimizer was not a notebook variable (made inside the function
+        # the cell calls): its state is not in the checkpoint, and a step of it is refused too
+        self.loaded_optimizers = {id(objects["optimizers"][name]) for name in payload["optimizers"]}
+        if payload.get("start_rng") is not None:
+            set_rng_state(payload["start_rng"])
+            self._start_rng = payload["start_rng"]
         self._steps_before = int(payload.get("steps") or 0)
         self._epochs_to_skip = int(payload["epoch"])
+        self._counter_epochs = bool(payload.get("counter_epochs"))
         self._resume = dict(payload)
         self._apply_settings(objects["optimizers"])
 
@@ -211,6 +263,14 @@ class Checkpoints:
                 if name == "lr" and "initial_lr" in group:
                     group["initial_lr"] = value  # schedulers scale from here
             self._report(f"--set {name}={value:g} on {len(groups)} parameter group(s)")
+
+    def take_counter_epochs_done(self) -> int:
+        """Like `take_epochs_done`, for the outermost counter loop of a run whose checkpoint
+        counted its passes as the epochs (0 when an explicit epoch loop counted them)."""
+        if not self._counter_epochs:
+            return 0
+        self._counter_epochs = False
+        return self.take_epochs_done()
 
     def take_epochs_done(self) -> int:
         """Epochs the resumed run had finished (the epoch loop skips them), once; else 0."""

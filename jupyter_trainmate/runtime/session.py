@@ -31,8 +31,12 @@ from typing import Any
 
 import torch
 from torch.optim.lr_scheduler import LRScheduler
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
+from ..errors import TrainmateError
 from .accumulation import Accumulation
 from .amp import AmpPolicy, resolve_amp
 from .batches import Batches, BatchLoop
@@ -178,8 +182,28 @@ class TrainSession:
     # -- lifecycle (runner.py) -------------------------------------------------------------------
 
     def resume_from(self, payload: dict[str, Any]) -> None:
-        """Load a checkpoint's states into the notebook's objects (before the cell runs)."""
+        """Load a checkpoint's states into the notebook's objects (before the cell runs), and
+        check the run's first optimizer step is one of theirs (a pre-step hook that removes
+        itself: nothing per step)."""
         self.checkpoints.load(payload)
+        loaded = self.checkpoints.loaded_optimizers
+        if loaded is None:
+            return
+
+        def first_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            handle.remove()
+            if id(optimizer) not in loaded:
+                # `opt = Adam(net.parameters())` (and often `net = Net()`) in the cell or in a
+                # function it calls: the states went into the old objects, and the run would go
+                # on from a fresh start without a word
+                raise TrainmateError(
+                    "--resume: the cell steps an optimizer the checkpoint was not loaded into (the "
+                    "cell, or a function it calls, makes it anew); make the model and optimizer "
+                    "in an earlier cell to resume"
+                )
+
+        handle = register_optimizer_step_pre_hook(first_step)
+        self._exit.callback(handle.remove)
 
     def checkpoint_after_error(self, what: str) -> None:
         """On Ctrl-C or an exception: save the last complete step and say how to continue."""

@@ -155,6 +155,14 @@ class Stepping:
                 "--accumulate works with one optimizer; this loop steps several (accumulate by hand)"
             )
         if args or kwargs:  # a closure (LBFGS): it runs forward and backward itself
+            if self._accumulation.every > 1:
+                # LBFGS runs the closure several times per step and needs each run's gradient
+                # alone: a skipped zero_grad() would sum them, and halved losses mislead its line
+                # search (the weights changed silently before)
+                raise TrainmateError(
+                    "--accumulate does not work with optimizer.step(closure) (LBFGS evaluates the "
+                    "loss itself, several times per step); run without --accumulate"
+                )
             return optimizer.step(*args, **kwargs)
         if (self._accumulation.every > 1 or self._micro.count > 1) and not self.at_boundary():
             return None  # inside an accumulation window or a split batch

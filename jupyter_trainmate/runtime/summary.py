@@ -11,7 +11,8 @@ Outcome = Literal["finished", "interrupted", "failed", "stopped early"]
 SamplesSource = Literal["loader", "batch dim 0", "none"]
 """How a run's samples were counted: exactly from a DataLoader's batch size and sampler, from the
 leading dimension of each batch's first tensor or array (a guess: a time-major `(T, B)` batch
-gives T), or not at all (no batch loop)."""
+gives T), or not at all (no batch loop, or batches holding no tensor or array to guess from: a
+Python list of token ids per sentence)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class RunSummary:
     def line(self) -> str:
         """One line for a log or a terminal."""
         if self.samples_source == "none":
-            samples, rate = "samples not counted (no batch loop)", ""
+            samples, rate = "samples not counted (no batch loop, or no tensor in its batches)", ""
         elif self.samples_source == "batch dim 0":
             samples = f"~{self.samples:,} samples (a guess: the first dimension of each batch)"
             rate = f"~{self.samples_per_s:,.0f} samples/s, "

@@ -151,6 +151,12 @@ class Deferred:
             self._handle.remove()
         missing = sorted(set(self.values) - self.applied)
         if error is None and missing:
+            if not self._seen:  # captum's house prices: trial 2 loads the model trial 1 saved
+                raise TrainmateError(
+                    f"--space {', '.join(missing)}: no optimizer the cell stepped: this trial "
+                    "stepped none (tensors updated by hand, or a saved model loaded instead of "
+                    "trained), and the notebook has no number variable of that name"
+                )
             raise TrainmateError(
                 f"--space {', '.join(missing)}: no optimizer the cell stepped has that setting, "
                 "and the notebook has no number variable of that name"
