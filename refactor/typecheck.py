@@ -346,9 +346,12 @@ def _plan_edits(
             dropped = _drop(edits, key, mine | ({"return"} if key in returns else set()), removed)
         else:
             named = {p for p in mine if re.search(rf"\b{re.escape(p)}\b", line)}
-            if error.code in NOT_A_PARAMETER and _annotated(fn) - named - {
-                n for n in _annotated(fn) if f"{error.module}.{qualname}({n})" in removed
-            }:
+            kept = {
+                n
+                for n in _annotated(fn) - named
+                if f"{error.module}.{qualname}({n})" not in removed
+            }
+            if error.code in NOT_A_PARAMETER and kept:
                 # a parameter's type is not what these errors are about: dropping the ones named
                 # on the line only ends them by leaving mypy a function without annotations
                 # (which it does not check); else the next round shows the same error and the
