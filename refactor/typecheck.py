@@ -33,6 +33,11 @@ ROUNDS = 4
 ERROR = re.compile(
     r"^(?P<path>[^:]+\.py):(?P<line>\d+): error: (?P<text>.*?)(?:  \[(?P<code>[\w-]+)\])?$"
 )
+# errors about a name or attribute (a variable's missing annotation, an attribute whose defining
+# function mypy does not check, an undefined name): no parameter's annotation causes them, but
+# for an attribute read from a parameter (`sbs.total_epochs`), where the parameter's type counts
+NOT_A_PARAMETER = frozenset({"var-annotated", "has-type", "name-defined"})
+HAS_TYPE = re.compile(r'^Cannot determine type of "(\w+)"')
 ARGUMENT = re.compile(
     r'^Argument (?:(?P<n>\d+)|"(?P<name>\w+)") to "(?P<fn>\w+)"(?: of "(?P<cls>\w+)")?'
 )
@@ -343,11 +348,40 @@ def _plan_edits(
             dropped = _drop(edits, key, mine | ({"return"} if key in returns else set()), removed)
         else:
             named = {p for p in mine if re.search(rf"\b{re.escape(p)}\b", line)}
+            kept = {
+                n
+                for n in _annotated(fn) - named
+                if f"{error.module}.{qualname}({n})" not in removed
+            }
+            if error.code in NOT_A_PARAMETER and kept and not _read_from(named, error, line):
+                # a parameter's type is not what these errors are about: dropping the ones named
+                # on the line only ends them by leaving mypy a function without annotations
+                # (which it does not check); else the next round shows the same error and the
+                # function is decorated then, one round later and with annotations lost
+                named = set()
             dropped = _drop(edits, key, named, removed)
         if not dropped and f"{error.module}.{qualname}" not in decorated:
             decorated[f"{error.module}.{qualname}"] = f"{error.text} (line {error.line})"
             edits.setdefault(error.module, ({}, set()))[1].add(qualname)
     return edits
+
+
+def _read_from(params: set[str], error: _Error, line: str) -> bool:
+    """Whether `error` is mypy's "Cannot determine type" of an attribute `line` reads from one of
+    `params` (`sbs.total_epochs`): mypy looks it up in the parameter's annotated type, and
+    without the annotation (Any) the error ends."""
+    name = HAS_TYPE.match(error.text) if error.code == "has-type" else None
+    return name is not None and any(
+        re.search(rf"\b{re.escape(p)}\s*\.\s*{re.escape(name[1])}\b", line) for p in params
+    )
+
+
+def _annotated(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The names of `fn`'s annotated parameters, and "return" if its return is annotated."""
+    args = fn.args
+    params = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+    names = {p.arg for p in params if p is not None and p.annotation is not None}
+    return names | ({"return"} if fn.returns is not None else set())
 
 
 def _drop(

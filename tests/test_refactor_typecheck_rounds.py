@@ -1,0 +1,133 @@
+"""How many mypy rounds typecheck takes, and what they leave: an error that no parameter's
+annotation causes decorates its function in the round that shows it (the next round only
+confirms), and a package whose only errors no edit can change stops after the round that shows
+them. Rounds are counted, never timed."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from jupyter_trainmate.refactor import typecheck
+
+
+@pytest.fixture
+def rounds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of errors of each mypy round of the checks the test runs."""
+    seen: list[int] = []
+    run = typecheck.run_mypy
+
+    def counted(folder: Path, package: str, files: typecheck.Files | None = None) -> object:
+        errors = run(folder, package, files)
+        seen.append(len(errors) if isinstance(errors, list) else -1)
+        return errors
+
+    monkeypatch.setattr(typecheck, "run_mypy", counted)
+    return seen
+
+
+def _package(code: str) -> dict[str, str]:
+    return {"pkg/__init__.py": "", "pkg/a.py": textwrap.dedent(code).lstrip()}
+
+
+MEMORY = """
+from collections import deque
+
+
+class Memory:
+    def __init__(self, capacity: int, name: str) -> None:
+        self.items = deque(maxlen=capacity)
+        self.name = name
+"""
+
+
+def test_a_missing_variable_annotation_decorates_at_once_and_keeps_the_parameters(
+    rounds: list[int],
+) -> None:
+    # `capacity` is named on the line of "Need type annotation for items", but its type is not
+    # the cause: dropping it leaves `name: str` and `-> None`, so mypy still checks the function
+    added = {".a.Memory.__init__": SimpleNamespace(params={"capacity": "int"}, returns=None)}
+    checked = typecheck.check(_package(MEMORY), "pkg", added)
+    assert checked.result == "clean"
+    assert rounds == [1, 0]  # decorated in the first round, the second confirms
+    assert checked.removed == ()
+    assert [where for where, _ in checked.no_type_check] == ["a.Memory.__init__"]
+    assert (
+        "    @no_type_check\n    def __init__(self, capacity: int, name: str)"
+        in checked.files["pkg/a.py"]
+    )
+
+
+def test_a_drop_that_leaves_the_function_unannotated_still_comes_first(
+    rounds: list[int],
+) -> None:
+    # here `capacity` is the function's only annotation: without it mypy does not check the
+    # function at all, so the annotation goes and no decorator is needed
+    code = """
+    from collections import deque
+
+
+    def memory(capacity: int):
+        items = deque(maxlen=capacity)
+        return items
+    """
+    added = {".a.memory": SimpleNamespace(params={"capacity": "int"}, returns=None)}
+    checked = typecheck.check(_package(code), "pkg", added)
+    assert checked.result == "clean"
+    assert rounds == [1, 0]
+    assert checked.removed == ("a.memory(capacity)",)
+    assert checked.no_type_check == ()
+    assert "def memory(capacity):" in checked.files["pkg/a.py"]
+
+
+def test_errors_no_edit_can_change_stop_after_the_round_that_shows_them(
+    rounds: list[int],
+) -> None:
+    # a module-level redefinition is in no function: nothing to drop or decorate
+    code = """
+    import os
+
+    os = 1
+
+
+    def double(x: int) -> int:
+        return x * 2
+    """
+    added = {".a.double": SimpleNamespace(params={"x": "int"}, returns="int")}
+    checked = typecheck.check(_package(code), "pkg", added)
+    assert rounds == [1]
+    assert checked.result == "1 errors left"
+    assert checked.removed == ()
+    assert checked.no_type_check == ()
+
+
+def test_an_attribute_read_from_a_parameter_drops_that_parameter_s_annotation(
+    rounds: list[int],
+) -> None:
+    # "Cannot determine type of total" on `box.total`: mypy looks `total` up in `box`'s
+    # annotated class, whose defining method it does not check; without the annotation `box`
+    # is Any and the error ends, so the annotations named on the line go as before (no
+    # decorator) and the function keeps being checked
+    code = """
+    from typing import no_type_check
+
+
+    class Box:
+        @no_type_check
+        def __init__(self, n):
+            self.total = n
+
+
+    def read(box: Box, scale: int) -> int:
+        return box.total * scale
+    """
+    added = {".a.read": SimpleNamespace(params={"box": "Box", "scale": "int"}, returns=None)}
+    checked = typecheck.check(_package(code), "pkg", added)
+    assert checked.result == "clean"
+    assert rounds == [1, 0]
+    assert checked.removed == ("a.read(box)", "a.read(scale)")
+    assert checked.no_type_check == ()
+    assert "def read(box, scale) -> int:" in checked.files["pkg/a.py"]
