@@ -72,17 +72,18 @@ def native_seconds() -> float:
     return sorted(times[1:])[2]
 
 
-def slow_clocks(factor: float) -> None:
-    """Make the runtime's clocks run `factor` times slower, so that under valgrind what adapts to
-    the clock behaves per step as at full speed: the step timer's stride (a timed point about 32
-    times a second: under valgrind, without this, every step would be one) and the display
-    thread's 4 Hz refresh."""
+def slow_clocks(factor: float, stride: int) -> None:
+    """Make what adapts to the clock behave per step as at full speed, and the same on every run:
+    the step timer times one step in `stride` (the stride it picks at full speed: about 32 timed
+    points a second; under valgrind, left alone, every step would be one, and the stride would
+    follow the machine's load), and the display thread refreshes `factor` times less often."""
     import time
 
     from jupyter_trainmate.display import live
     from jupyter_trainmate.runtime import timing
 
-    timing._clock = lambda: time.perf_counter() / factor
+    timing._clock = lambda: time.perf_counter() / 1e4  # every span short: the stride at its cap
+    timing.MAX_STRIDE = stride  # type: ignore[misc]
     live.REFRESH_S *= factor  # type: ignore[misc]
 
 
@@ -114,8 +115,13 @@ def child(helper: Path, native: float) -> None:
     ip.run_cell(calibration, silent=True).raise_error()
     factor = (time.perf_counter() - started) / native
     lib.stop(b"calibration")
-    print(f"under callgrind: {factor:.0f} times slower; the runtime's clocks slowed to match")
-    slow_clocks(factor)
+    from jupyter_trainmate.runtime.timing import POINTS_PER_S
+
+    stride = max(1, int(100 / (POINTS_PER_S * native)))  # 100 steps took `native` seconds
+    print(
+        f"under callgrind: {factor:.0f} times slower; one step in {stride} timed, as at full speed"
+    )
+    slow_clocks(factor, stride)
     for epochs in LENGTHS:
         loop = LOOP.replace("EPOCHS", str(epochs))
         cells = {"plain": loop, "train": "%%train\n" + loop}
