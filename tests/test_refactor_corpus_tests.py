@@ -66,3 +66,28 @@ def test_no_type_check_goes_under_a_property(tmp_path: Path) -> None:
         cwd=out, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert (run.returncode, run.stdout) == (0, "box 9\n"), run.stderr
+
+
+def test_a_model_method_calling_cuda_goes_with_the_device_to_train(tmp_path: Path) -> None:
+    """A model class whose `forward` calls `.cuda()` (L1aoXingyu's VAE, second wave): the refactor
+    writes `.to(device)` there, `device` being module state of `train`; the class stayed in
+    `model.py`, which never binds `device` (F821 in the gate, NameError on a GPU). It goes to
+    `train` with the state it reads, and the package trains as the notebook does."""
+    out = refactored(tmp_path, "corpus_cuda_method")
+    assert gate_findings(out) == []
+    modules = code_of(out, "corpus_cuda_method")
+    assert "eps = eps.to(device)" in modules["train.py"]
+    assert "class Noisy" in modules["train.py"]
+    assert "class Noisy" not in modules.get("model.py", "")
+    for module in modules:
+        imports_quietly(out, "corpus_cuda_method", module.removesuffix(".py"), tmp_path)
+    generated_tests_pass(out)
+    run = subprocess.run(
+        [sys.executable, "-c", "from corpus_cuda_method.train import run; from corpus_cuda_method"
+         ".config import Config; r = run(Config(device='cpu')); print(r['final'])"],
+        cwd=out, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    printed, returned = run.stdout.split()  # the notebook's print(final), then run()'s result
+    assert printed == returned
+    assert float(returned) > 0

@@ -23,6 +23,9 @@ All three run on a CPU in a second, without torch: `--execute --check-equivalenc
   it there; the real-notebook corpus's sksq96 VAE): the package imports it from `IPython.display`.
 - `corpus_property.ipynb`: a `@property` whose own code fails mypy (pytorch_tabular's tutorial
   04): its `@no_type_check` must go under `@property`, or the class fails to build on import.
+- `corpus_cuda_method.ipynb`: a model class whose method (not `__init__`) calls `.cuda()` (the
+  second wave's L1aoXingyu VAE): the `device` the refactor writes in is module state of `train`,
+  so the class goes there too, or its module reads a name it never binds (F821).
 - `sweep_mlp.ipynb`: a `%%train --sweep 3` cell choosing its learning rate with `suggest()`: the
   refactored package's `sweep` and `train` commands (`test_refactor_sweep.py`).
 """
@@ -693,7 +696,35 @@ def corpus_property() -> None:
     )
 
 
+def corpus_cuda_method() -> None:
+    """A model class whose method calls `.cuda()` outside `__init__` (L1aoXingyu's VAE, second
+    wave): the refactor turns it into `.to(device)`, module state of `train`, where the class
+    must go with it."""
+    save(
+        "corpus_cuda_method.ipynb",
+        [
+            md("# A VAE-like model that moves its noise to the GPU"),
+            code("import torch\nfrom torch import nn"),
+            code(
+                "class Noisy(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.fc = nn.Linear(4, 2)\n\n    def forward(self, x):\n"
+                "        eps = torch.randn(x.shape[0], 2)\n        if torch.cuda.is_available():\n"
+                "            eps = eps.cuda()\n        return self.fc(x) + 0.0 * eps"
+            ),
+            md("## Train"),
+            code(
+                "torch.manual_seed(0)\nnet = Noisy()\nif torch.cuda.is_available():\n"
+                "    net = net.cuda()\nopt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+                "x = torch.randn(8, 4)\nfor step in range(3):\n    loss = net(x).pow(2).mean()\n"
+                "    opt.zero_grad()\n    loss.backward()\n    opt.step()"
+            ),
+            code("final = round(loss.item(), 6)\nprint(final)"),
+        ],
+    )
+
+
 if __name__ == "__main__":
+    corpus_cuda_method()
     corpus_property()
     corpus_imports()
     sweep_mlp()
