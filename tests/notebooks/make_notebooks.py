@@ -26,6 +26,9 @@ All three run on a CPU in a second, without torch: `--execute --check-equivalenc
 - `corpus_cuda_method.ipynb`: a model class whose method (not `__init__`) calls `.cuda()` (the
   second wave's L1aoXingyu VAE): the `device` the refactor writes in is module state of `train`,
   so the class goes there too, or its module reads a name it never binds (F821).
+- `corpus_pip_pins.ipynb`: `!pip3 install torch==1.2.0+cu92 ... -f URL` (the second wave's
+  omarsar notebook) and `--trusted-host HOST`: the package's dependencies keep the names, not a
+  local-version pin no public index has, nor an option's value taken for a requirement.
 - `sweep_mlp.ipynb`: a `%%train --sweep 3` cell choosing its learning rate with `suggest()`: the
   refactored package's `sweep` and `train` commands (`test_refactor_sweep.py`).
 """
@@ -723,7 +726,32 @@ def corpus_cuda_method() -> None:
     )
 
 
+def corpus_pip_pins() -> None:
+    """`!pip install` lines of real notebooks: a local-version pin from a `-f` index (omarsar's
+    gentle introduction, second wave) and an option with a value (`--trusted-host HOST`)."""
+    save(
+        "corpus_pip_pins.ipynb",
+        [
+            md("# Setup\nThe notebook pins the CUDA 9.2 build of torch 1.2."),
+            code(
+                "!pip3 install torch==1.2.0+cu92 torchvision==0.4.0+cu92 "
+                "-f https://download.pytorch.org/whl/torch_stable.html\n"
+                "!pip install -q --trusted-host pypi.example.org 'numpy>=1.20'"
+            ),
+            code("import numpy as np\nimport torch"),
+            md("## Fit"),
+            code(
+                "w = torch.zeros(1, requires_grad=True)\nfor _ in range(5):\n"
+                "    loss = (w - 2).pow(2).sum()\n    loss.backward()\n"
+                "    with torch.no_grad():\n        w -= 0.5 * w.grad\n    w.grad.zero_()\n"
+                "final = np.round(w.item(), 3)"
+            ),
+        ],
+    )
+
+
 if __name__ == "__main__":
+    corpus_pip_pins()
     corpus_cuda_method()
     corpus_property()
     corpus_imports()
