@@ -96,13 +96,15 @@ def test_a_model_method_calling_cuda_goes_with_the_device_to_train(tmp_path: Pat
 def test_pip_install_pins_and_option_values_give_installable_dependencies(tmp_path: Path) -> None:
     """`!pip3 install torch==1.2.0+cu92 ... -f URL` (omarsar's gentle introduction, second wave)
     became the dependency `torch==1.2.0+cu92`: a local version, on no public index (PyPI takes
-    none), so the package did not install; `--trusted-host HOST` made HOST a dependency. The
-    dependencies are the names, and the report still shows the notebook's command."""
+    none), so the package did not install; `--trusted-host HOST` made HOST a dependency, and
+    `!pip3 install subword-nmt &> log` (yandexdataschool's seq2seq) made `&>` and `log` two (pip
+    refuses `&>`). The dependencies are the names, and the report still shows the commands."""
     out = refactored(tmp_path, "corpus_pip_pins")
     pyproject = (out / "pyproject.toml").read_text()
     deps = pyproject.split("dependencies = [\n", 1)[1].split("]", 1)[0].split()
-    assert deps == ['"numpy>=1.20",', '"torch",', '"torchvision",']
+    assert deps == ['"numpy>=1.20",', '"subword-nmt",', '"torch",', '"torchvision",']
     report = (out / "REFACTOR_REPORT.md").read_text()
     assert "-> dependencies ['torch', 'torchvision']" in report
+    assert "`!pip3 install subword-nmt &> log` -> dependencies ['subword-nmt']" in report
     assert gate_findings(out) == []
     generated_tests_pass(out)

@@ -27,8 +27,9 @@ All three run on a CPU in a second, without torch: `--execute --check-equivalenc
   second wave's L1aoXingyu VAE): the `device` the refactor writes in is module state of `train`,
   so the class goes there too, or its module reads a name it never binds (F821).
 - `corpus_pip_pins.ipynb`: `!pip3 install torch==1.2.0+cu92 ... -f URL` (the second wave's
-  omarsar notebook) and `--trusted-host HOST`: the package's dependencies keep the names, not a
-  local-version pin no public index has, nor an option's value taken for a requirement.
+  omarsar notebook), `--trusted-host HOST` and `!pip3 install subword-nmt &> log` (its
+  yandexdataschool seq2seq): the package's dependencies keep the names, not a local-version pin
+  no public index has, an option's value or the shell's redirection taken for a requirement.
 - `sweep_mlp.ipynb`: a `%%train --sweep 3` cell choosing its learning rate with `suggest()`: the
   refactored package's `sweep` and `train` commands (`test_refactor_sweep.py`).
 """
@@ -728,7 +729,8 @@ def corpus_cuda_method() -> None:
 
 def corpus_pip_pins() -> None:
     """`!pip install` lines of real notebooks: a local-version pin from a `-f` index (omarsar's
-    gentle introduction, second wave) and an option with a value (`--trusted-host HOST`)."""
+    gentle introduction, second wave), an option with a value (`--trusted-host HOST`) and a
+    shell redirection (`&> log`, yandexdataschool's nlp_course seq2seq)."""
     save(
         "corpus_pip_pins.ipynb",
         [
@@ -736,7 +738,8 @@ def corpus_pip_pins() -> None:
             code(
                 "!pip3 install torch==1.2.0+cu92 torchvision==0.4.0+cu92 "
                 "-f https://download.pytorch.org/whl/torch_stable.html\n"
-                "!pip install -q --trusted-host pypi.example.org 'numpy>=1.20'"
+                "!pip install -q --trusted-host pypi.example.org 'numpy>=1.20'\n"
+                "!pip3 install subword-nmt &> log"
             ),
             code("import numpy as np\nimport torch"),
             md("## Fit"),
