@@ -79,6 +79,9 @@ def test_a_model_method_calling_cuda_goes_with_the_device_to_train(tmp_path: Pat
     assert "eps = eps.to(device)" in modules["train.py"]
     assert "class Noisy" in modules["train.py"]
     assert "class Noisy" not in modules.get("model.py", "")
+    # `"cuda" if ... else "cpu"` is left as written: no `device` read, no move, no module state
+    assert 'self.where = "cuda" if torch.cuda.is_available() else "cpu"' in modules["model.py"]
+    assert "class Mover reads" not in (out / "REFACTOR_REPORT.md").read_text()
     for module in modules:
         imports_quietly(out, "corpus_cuda_method", module.removesuffix(".py"), tmp_path)
     generated_tests_pass(out)

@@ -25,7 +25,8 @@ All three run on a CPU in a second, without torch: `--execute --check-equivalenc
   04): its `@no_type_check` must go under `@property`, or the class fails to build on import.
 - `corpus_cuda_method.ipynb`: a model class whose method (not `__init__`) calls `.cuda()` (the
   second wave's L1aoXingyu VAE): the `device` the refactor writes in is module state of `train`,
-  so the class goes there too, or its module reads a name it never binds (F821).
+  so the class goes there too, or its module reads a name it never binds (F821); a class whose
+  `"cuda" if ... else "cpu"` the refactor leaves alone reads no `device` and stays in `model`.
 - `corpus_pip_pins.ipynb`: `!pip3 install torch==1.2.0+cu92 ... -f URL` (the second wave's
   omarsar notebook), `--trusted-host HOST` and `!pip3 install subword-nmt &> log` (its
   yandexdataschool seq2seq): the package's dependencies keep the names, not a local-version pin
@@ -715,6 +716,12 @@ def corpus_cuda_method() -> None:
                 "        eps = torch.randn(x.shape[0], 2)\n        if torch.cuda.is_available():\n"
                 "            eps = eps.cuda()\n        return self.fc(x) + 0.0 * eps"
             ),
+            code(
+                "class Mover(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.where = 'cpu'\n\n    def pick(self):\n"
+                "        self.where = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+                "        return self.where"
+            ),
             md("## Train"),
             code(
                 "torch.manual_seed(0)\nnet = Noisy()\nif torch.cuda.is_available():\n"
@@ -722,7 +729,7 @@ def corpus_cuda_method() -> None:
                 "x = torch.randn(8, 4)\nfor step in range(3):\n    loss = net(x).pow(2).mean()\n"
                 "    opt.zero_grad()\n    loss.backward()\n    opt.step()"
             ),
-            code("final = round(loss.item(), 6)\nprint(final)"),
+            code("final = round(loss.item(), 6)\nprint(final)\nplace = Mover().pick()"),
         ],
     )
 
