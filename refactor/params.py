@@ -16,10 +16,12 @@ import libcst as cst
 
 from .placement import Param
 from .read import Note
+from .transform import DeviceTransformer
 from .walk import children, isa, walk
 from .walk import names as all_names
 
 if TYPE_CHECKING:
+    from .analyze import Item
     from .plan import Plan
 
 
@@ -45,6 +47,26 @@ def hard_coded_device(node: cst.CSTNode) -> bool:
     return False
 
 
+def writes_device(node: cst.CSTNode) -> bool:
+    """Whether `DeviceTransformer` writes `device` into `node` (`x.cuda()`, `.to("cuda")`); a
+    `"cuda"` it leaves alone (`self.device = "cuda" if ... else "cpu"`) reads nothing."""
+    if not hard_coded_device(node):  # the cheap test first: most definitions have no "cuda"
+        return False
+    rewrite = DeviceTransformer()
+    node.visit(rewrite)
+    return rewrite.changed > 0
+
+
+def state_reads(item: Item, device: bool) -> list[str]:
+    """The names `item` reads that it does not declare, with `device` where the refactor turns
+    its `.cuda()` / `"cuda"` into `device` (`device`: the plan has one): the read the refactor
+    writes in is one like any other, for the parameters and for where the definition goes."""
+    reads = [r for r in item.reads if r not in item.declares]
+    if device and "device" not in reads and writes_device(item.node):
+        reads.append("device")
+    return reads
+
+
 def parameters(out: Plan) -> None:
     """Which globals each function (and class `__init__`) receives as parameters.
 
@@ -61,9 +83,7 @@ def parameters(out: Plan) -> None:
     methods_call: dict[str, set[str]] = {}  # what a class's methods other than __init__ call
     for name, placed in out.placed.items():
         item = placed.item
-        reads = [r for r in item.reads if r not in item.declares]
-        if out.device and hard_coded_device(item.node) and "device" not in reads:
-            reads.append("device")
+        reads = state_reads(item, out.device)
         if isinstance(item.node, cst.ClassDef):
             init_reads = _init_reads(item.node, list(item.reads))
             outside = [r for r in reads if r in state and r not in init_reads]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from .analyze import BUILTINS, Analysis, Item
-from .params import hard_coded_device, parameters
+from .params import hard_coded_device, parameters, state_reads
 from .placement import Placed
 from .read import Note, Notebook
 from .versions import Versions, resolve
@@ -200,11 +200,13 @@ def _evaluated_at_definition(
 
 
 def _state_readers_to_train(out: Plan) -> None:
-    """Definitions that read or declare module state live with it, in `train`."""
+    """Definitions that read or declare module state live with it, in `train` (a model class
+    whose method calls `.cuda()` reads `device` once the refactor writes it in)."""
     for placed in out.placed.values():
         item = placed.item
+        reads = set(item.reads) | set(state_reads(item, out.device))
         if placed.module != "train" and (
-            set(item.reads) & out.module_state or set(item.declares) & out.module_state
+            reads & out.module_state or set(item.declares) & out.module_state
         ):
             placed.module = "train"
 

@@ -277,6 +277,28 @@ def _ipython_call(node: cst.BaseExpression) -> tuple[str, list[str]] | None:
     return node.func.attr.value, [a for a in args if a is not None]
 
 
+# pip's options that take a value (`--trusted-host HOST`, `-f URL`): the value is no requirement.
+PIP_VALUE_OPTIONS = frozenset(
+    {
+        *("-r", "--requirement", "-c", "--constraint", "-i", "--index-url", "--extra-index-url"),
+        *("-f", "--find-links", "--trusted-host", "-t", "--target", "--prefix", "--root", "--src"),
+        *("-e", "--editable", "--no-binary", "--only-binary", "--platform", "--python-version"),
+        *("--implementation", "--abi", "--progress-bar", "--timeout", "--retries", "--cache-dir"),
+        *("--log", "--proxy", "--exists-action", "--upgrade-strategy", "--cert", "--client-cert"),
+        *("-C", "--config-settings", "--global-option"),
+    }
+)
+# A pin to a local version (`torch==1.2.0+cu92`): PyPI accepts no local versions, so it resolves
+# only from the index the command named with `-f` / `--index-url`, which a package's
+# dependencies cannot carry: the package would not install. The requirement keeps its name.
+# The shell's part of a `!pip install` line: a redirection (`&> log`, `2>&1`, `>/dev/null`) and
+# what ends the command (`;`, `&&`, `|`): neither is a requirement (`&>` in a package's
+# dependencies makes pip refuse to install it).
+REDIRECT = re.compile(r"^(\d*|&)(>>?|<)(&\d+)?")
+COMMAND_END = ("&&", "||", "|", ";", "&")
+LOCAL_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[^\]]*\])?)\s*===?\s*[^,;]*\+[^,;]*$")
+
+
 def requirements_from(command: str) -> list[str] | None:
     """The requirements of a `pip install ...` / `conda install ...` command, else None."""
     for prefix in PIP_COMMANDS:
@@ -288,16 +310,30 @@ def requirements_from(command: str) -> list[str] | None:
     if not rest or rest[0] != "install":
         return None
     found, skip = [], False
-    for word in shlex.split(" ".join(rest[1:])):
+    words = shlex.split(" ".join(rest[1:]))
+    for at, word in enumerate(words):
         if skip:
             skip = False
             continue
-        if word in ("-r", "--requirement", "-c", "--constraint", "-i", "--index-url", "-c"):
+        if word in COMMAND_END:  # `pip install a && pip install b`: b's too
+            if word in ("&&", ";"):
+                found += requirements_from(shlex.join(words[at + 1 :])) or []
+            break
+        redirect = REDIRECT.match(word)
+        if redirect:
+            skip = redirect.end() == len(word)  # `&> log`: the file is the next word
+            continue
+        if word in PIP_VALUE_OPTIONS:
             skip = True
             continue
+        last = word.endswith(";")
+        word = word.removesuffix(";")
         if word.startswith("-") or word.startswith(("git+", "http", ".", "/")):
             continue
-        found.append(word)
+        local = LOCAL_PIN.match(word)
+        found.append(local.group(1) if local else word)
+        if last:
+            break
     return found
 
 

@@ -66,3 +66,48 @@ def test_no_type_check_goes_under_a_property(tmp_path: Path) -> None:
         cwd=out, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert (run.returncode, run.stdout) == (0, "box 9\n"), run.stderr
+
+
+def test_a_model_method_calling_cuda_goes_with_the_device_to_train(tmp_path: Path) -> None:
+    """A model class whose `forward` calls `.cuda()` (L1aoXingyu's VAE, second wave): the refactor
+    writes `.to(device)` there, `device` being module state of `train`; the class stayed in
+    `model.py`, which never binds `device` (F821 in the gate, NameError on a GPU). It goes to
+    `train` with the state it reads, and the package trains as the notebook does."""
+    out = refactored(tmp_path, "corpus_cuda_method")
+    assert gate_findings(out) == []
+    modules = code_of(out, "corpus_cuda_method")
+    assert "eps = eps.to(device)" in modules["train.py"]
+    assert "class Noisy" in modules["train.py"]
+    assert "class Noisy" not in modules.get("model.py", "")
+    # `"cuda" if ... else "cpu"` is left as written: no `device` read, no move, no module state
+    assert 'self.where = "cuda" if torch.cuda.is_available() else "cpu"' in modules["model.py"]
+    assert "class Mover reads" not in (out / "REFACTOR_REPORT.md").read_text()
+    for module in modules:
+        imports_quietly(out, "corpus_cuda_method", module.removesuffix(".py"), tmp_path)
+    generated_tests_pass(out)
+    run = subprocess.run(
+        [sys.executable, "-c", "from corpus_cuda_method.train import run; from corpus_cuda_method"
+         ".config import Config; r = run(Config(device='cpu')); print(r['final'])"],
+        cwd=out, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    printed, returned = run.stdout.split()  # the notebook's print(final), then run()'s result
+    assert printed == returned
+    assert float(returned) > 0
+
+
+def test_pip_install_pins_and_option_values_give_installable_dependencies(tmp_path: Path) -> None:
+    """`!pip3 install torch==1.2.0+cu92 ... -f URL` (omarsar's gentle introduction, second wave)
+    became the dependency `torch==1.2.0+cu92`: a local version, on no public index (PyPI takes
+    none), so the package did not install; `--trusted-host HOST` made HOST a dependency, and
+    `!pip3 install subword-nmt &> log` (yandexdataschool's seq2seq) made `&>` and `log` two (pip
+    refuses `&>`). The dependencies are the names, and the report still shows the commands."""
+    out = refactored(tmp_path, "corpus_pip_pins")
+    pyproject = (out / "pyproject.toml").read_text()
+    deps = pyproject.split("dependencies = [\n", 1)[1].split("]", 1)[0].split()
+    assert deps == ['"numpy>=1.20",', '"subword-nmt",', '"torch",', '"torchvision",']
+    report = (out / "REFACTOR_REPORT.md").read_text()
+    assert "-> dependencies ['torch', 'torchvision']" in report
+    assert "`!pip3 install subword-nmt &> log` -> dependencies ['subword-nmt']" in report
+    assert gate_findings(out) == []
+    generated_tests_pass(out)

@@ -23,6 +23,14 @@ All three run on a CPU in a second, without torch: `--execute --check-equivalenc
   it there; the real-notebook corpus's sksq96 VAE): the package imports it from `IPython.display`.
 - `corpus_property.ipynb`: a `@property` whose own code fails mypy (pytorch_tabular's tutorial
   04): its `@no_type_check` must go under `@property`, or the class fails to build on import.
+- `corpus_cuda_method.ipynb`: a model class whose method (not `__init__`) calls `.cuda()` (the
+  second wave's L1aoXingyu VAE): the `device` the refactor writes in is module state of `train`,
+  so the class goes there too, or its module reads a name it never binds (F821); a class whose
+  `"cuda" if ... else "cpu"` the refactor leaves alone reads no `device` and stays in `model`.
+- `corpus_pip_pins.ipynb`: `!pip3 install torch==1.2.0+cu92 ... -f URL` (the second wave's
+  omarsar notebook), `--trusted-host HOST` and `!pip3 install subword-nmt &> log` (its
+  yandexdataschool seq2seq): the package's dependencies keep the names, not a local-version pin
+  no public index has, an option's value or the shell's redirection taken for a requirement.
 - `sweep_mlp.ipynb`: a `%%train --sweep 3` cell choosing its learning rate with `suggest()`: the
   refactored package's `sweep` and `train` commands (`test_refactor_sweep.py`).
 """
@@ -693,7 +701,68 @@ def corpus_property() -> None:
     )
 
 
+def corpus_cuda_method() -> None:
+    """A model class whose method calls `.cuda()` outside `__init__` (L1aoXingyu's VAE, second
+    wave): the refactor turns it into `.to(device)`, module state of `train`, where the class
+    must go with it."""
+    save(
+        "corpus_cuda_method.ipynb",
+        [
+            md("# A VAE-like model that moves its noise to the GPU"),
+            code("import torch\nfrom torch import nn"),
+            code(
+                "class Noisy(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.fc = nn.Linear(4, 2)\n\n    def forward(self, x):\n"
+                "        eps = torch.randn(x.shape[0], 2)\n        if torch.cuda.is_available():\n"
+                "            eps = eps.cuda()\n        return self.fc(x) + 0.0 * eps"
+            ),
+            code(
+                "class Mover(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.where = 'cpu'\n\n    def pick(self):\n"
+                "        self.where = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+                "        return self.where"
+            ),
+            md("## Train"),
+            code(
+                "torch.manual_seed(0)\nnet = Noisy()\nif torch.cuda.is_available():\n"
+                "    net = net.cuda()\nopt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+                "x = torch.randn(8, 4)\nfor step in range(3):\n    loss = net(x).pow(2).mean()\n"
+                "    opt.zero_grad()\n    loss.backward()\n    opt.step()"
+            ),
+            code("final = round(loss.item(), 6)\nprint(final)\nplace = Mover().pick()"),
+        ],
+    )
+
+
+def corpus_pip_pins() -> None:
+    """`!pip install` lines of real notebooks: a local-version pin from a `-f` index (omarsar's
+    gentle introduction, second wave), an option with a value (`--trusted-host HOST`) and a
+    shell redirection (`&> log`, yandexdataschool's nlp_course seq2seq)."""
+    save(
+        "corpus_pip_pins.ipynb",
+        [
+            md("# Setup\nThe notebook pins the CUDA 9.2 build of torch 1.2."),
+            code(
+                "!pip3 install torch==1.2.0+cu92 torchvision==0.4.0+cu92 "
+                "-f https://download.pytorch.org/whl/torch_stable.html\n"
+                "!pip install -q --trusted-host pypi.example.org 'numpy>=1.20'\n"
+                "!pip3 install subword-nmt &> log"
+            ),
+            code("import numpy as np\nimport torch"),
+            md("## Fit"),
+            code(
+                "w = torch.zeros(1, requires_grad=True)\nfor _ in range(5):\n"
+                "    loss = (w - 2).pow(2).sum()\n    loss.backward()\n"
+                "    with torch.no_grad():\n        w -= 0.5 * w.grad\n    w.grad.zero_()\n"
+                "final = np.round(w.item(), 3)"
+            ),
+        ],
+    )
+
+
 if __name__ == "__main__":
+    corpus_pip_pins()
+    corpus_cuda_method()
     corpus_property()
     corpus_imports()
     sweep_mlp()
