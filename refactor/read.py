@@ -321,7 +321,8 @@ def requirements_from(command: str) -> list[str] | None:
             break
         redirect = REDIRECT.match(word)
         if redirect:
-            skip = redirect.end() == len(word)  # `&> log`: the file is the next word
+            # `&> log`: the file is the next word; `2>&1` names its target itself
+            skip = redirect.end() == len(word) and redirect.group(3) is None
             continue
         if word in PIP_VALUE_OPTIONS:
             skip = True

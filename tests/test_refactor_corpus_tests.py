@@ -111,3 +111,15 @@ def test_pip_install_pins_and_option_values_give_installable_dependencies(tmp_pa
     assert "`!pip3 install subword-nmt &> log` -> dependencies ['subword-nmt']" in report
     assert gate_findings(out) == []
     generated_tests_pass(out)
+
+
+def test_the_shells_part_of_a_pip_line_is_no_requirement() -> None:
+    """Redirections and what ends the command: `2>&1` names its own target, so the word after
+    it (`|` here) is read, and `| tail -1` ends the command (`tail` was a dependency)."""
+    from jupyter_trainmate.refactor.read import requirements_from
+
+    assert requirements_from("pip install foo 2>&1 | tail -1") == ["foo"]
+    assert requirements_from("pip install foo 2>&1 bar") == ["foo", "bar"]
+    assert requirements_from("pip install foo &> log bar") == ["foo", "bar"]
+    assert requirements_from("pip install foo > /dev/null 2>&1") == ["foo"]
+    assert requirements_from("pip install -q a && pip install b; echo done") == ["a", "b"]
