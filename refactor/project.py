@@ -7,6 +7,7 @@ and `PKG/__main__.py` from its template (`templates/main.py.tmpl`, package data)
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import sys
 import textwrap
 from collections.abc import Iterable, Mapping
@@ -174,10 +175,30 @@ def _distribution(module: str, installed: Mapping[str, list[str]]) -> str:
     return sorted(found)[0] if found else module
 
 
+IMPORTED = re.compile(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", re.M)
+
+
+def local_modules(plan: Plan, files: Mapping[str, str]) -> list[str]:
+    """Modules the package imports that are the notebook's own files beside it (`vocab.py`, a
+    `utils/` folder of its repository) and no installed distribution: no index has them (a
+    dependency of that name installs an unrelated package, or nothing)."""
+    folder = plan.notebook.path.parent
+    installed = importlib.metadata.packages_distributions()
+    code = "\n".join(t for p, t in files.items() if p.endswith(".py"))
+    found = set()
+    for top in set(IMPORTED.findall(code)) - {plan.package}:
+        if top in installed or top in DISTRIBUTIONS or top in sys.stdlib_module_names:
+            continue
+        if (folder / f"{top}.py").is_file() or (folder / top / "__init__.py").is_file():
+            found.add(top)
+    return sorted(found)
+
+
 def pyproject(plan: Plan, import_lines: Iterable[str], files: Mapping[str, str]) -> str:
     installed = importlib.metadata.packages_distributions()
     requirements: dict[str, str] = {}
     code = "\n".join(t for p, t in files.items() if p.endswith(".py"))
+    local = set(local_modules(plan, files))
     for line in import_lines:
         if line not in code:
             continue
@@ -185,6 +206,8 @@ def pyproject(plan: Plan, import_lines: Iterable[str], files: Mapping[str, str])
         top = words[1].split(".")[0]
         if top in sys.stdlib_module_names or top == "__future__" or words[1].startswith("."):
             continue
+        if top in local:
+            continue  # the report says how to bring it along
         dist = _distribution(top, installed)
         requirements.setdefault(dist.lower().replace("_", "-"), dist)
     for requirement in plan.notebook.dependencies:

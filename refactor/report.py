@@ -15,6 +15,7 @@ from .equivalence import Equivalence
 from .gate import Gate
 from .gate import lines as gate_lines
 from .plan import Plan
+from .project import local_modules
 from .testgen import Generated
 from .typecheck import Checked
 from .versions import table
@@ -102,6 +103,12 @@ def report(plan: Plan, outcome: Outcome, findings: str, docs_problem: str = "") 
     for requirement, where in sorted(nb.dependencies.items()):
         lines.append(f"- `{requirement}` (from `pip install` in {where})")
     lines.append("- and the distributions of the imports the modules use (pyproject.toml)")
+    for module in local_modules(plan, outcome.files):
+        lines.append(
+            f"- not `{module}`: the notebook's own module beside it, on no package index (no "
+            "dependency): copy it into this folder, beside pyproject.toml, or put its folder on "
+            "PYTHONPATH"
+        )
     notes = sorted([*nb.notes, *plan.notes, *emitted.notes], key=lambda n: (n.cell, n.line or 0))
     lines += ["", "## Dropped, commented out, kept, redefined, warnings", ""]
     for note in notes:

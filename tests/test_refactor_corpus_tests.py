@@ -123,3 +123,35 @@ def test_the_shells_part_of_a_pip_line_is_no_requirement() -> None:
     assert requirements_from("pip install foo &> log bar") == ["foo", "bar"]
     assert requirements_from("pip install foo > /dev/null 2>&1") == ["foo"]
     assert requirements_from("pip install -q a && pip install b; echo done") == ["a", "b"]
+
+
+def test_a_module_beside_the_notebook_is_no_dependency(tmp_path: Path) -> None:
+    """`from vocab import Vocab` where `vocab.py` is the notebook's own file (its repository's
+    helper, second wave: joosthub-like `vocab`, `notmnist`): it was written into pyproject.toml
+    as a dependency named `vocab` (an unrelated distribution, or none). It is left out, the
+    report says how to bring it, and the package still imports with it beside."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    (folder / "vocab.py").write_text(
+        "class Vocab:\n    def __len__(self) -> int:\n        return 3\n"
+    )
+    cells = [
+        "import numpy as np\nfrom vocab import Vocab",
+        "v = Vocab()\nsize = int(np.sum([len(v), 2]))",
+    ]
+    nb = new_notebook(cells=[new_code_cell(c) for c in cells])
+    nbformat.write(nb, folder / "words.ipynb")
+    out = tmp_path / "out"
+    proc = trainmate("refactor", folder / "words.ipynb", "-o", out, "--no-docs")
+    assert proc.returncode == 0, proc.stderr
+    pyproject = (out / "pyproject.toml").read_text()
+    deps = pyproject.split("dependencies = [\n", 1)[1].split("]", 1)[0]
+    assert '"numpy' in deps
+    assert "vocab" not in deps
+    report = (out / "REFACTOR_REPORT.md").read_text()
+    assert "- not `vocab`: the notebook's own module beside it" in report
+    (out / "vocab.py").write_text((folder / "vocab.py").read_text())  # as the report says
+    generated_tests_pass(out)
