@@ -15,8 +15,10 @@ own line.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import sys
+import textwrap
 import types
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -176,6 +178,45 @@ def _mentions_backward(value: object) -> bool:
         return False
 
 
+def _is_step(value: object) -> bool:
+    """Whether `value`'s source trains and holds no loop: one call is one training step (the
+    `train_step_fn = make_train_step_fn(model, loss_fn, optimizer)` closure of many tutorials)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(value)))  # type: ignore[arg-type]
+    except (OSError, TypeError, SyntaxError):
+        return False
+    loops = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.GeneratorExp)
+    return not any(isinstance(node, loops) for node in ast.walk(tree))
+
+
+def _positional(module: cst.Module) -> tuple[list[str], set[str]]:
+    """A function's parameters a call can fill by position, and all it can fill by keyword."""
+    defs = [s for s in module.body if isinstance(s, cst.FunctionDef)]
+    if not defs:
+        return [], set()
+    params = defs[0].params
+    positional = [p.name.value for p in (*params.posonly_params, *params.params)]
+    return positional, {
+        *positional[len(params.posonly_params) :],
+        *(p.name.value for p in params.kwonly_params),
+    }
+
+
+def _handed(call: cst.Call, trainers: set[str], target: _Reached) -> set[str]:
+    """The parameters of `target` (a function the call calls) that `call` hands a trainer."""
+    positional, by_keyword = _positional(target.module)
+    bound: set[str] = set()
+    for index, arg in enumerate(call.args):
+        if arg.star or not isinstance(arg.value, cst.Name) or arg.value.value not in trainers:
+            continue
+        if arg.keyword is not None:
+            if arg.keyword.value in by_keyword:
+                bound.add(arg.keyword.value)
+        elif index < len(positional):
+            bound.add(positional[index])
+    return bound
+
+
 class _Reach:
     """Notebook functions and methods the code calls, and those they call, a few levels deep."""
 
@@ -185,6 +226,9 @@ class _Reach:
         self.found: dict[Key, _Reached] = {}
         self.notes: list[Note] = []
         self._noted: set[str] = set()
+        # names holding a function that trains in one call and cannot be rewritten (a closure):
+        # a loop calling it, or a notebook function it is handed to, trains
+        self.opaque_steps: set[str] = set()
 
     def run(self, names: set[str], methods: Methods) -> None:
         frontier: list[tuple[set[str], Methods, type | None, type | None, str]] = [
@@ -215,10 +259,12 @@ class _Reach:
                 if key not in before
             ]
 
-    def _skipped(self, what: str, value: object, why: str) -> None:
+    def _skipped(self, what: str, value: object, why: str, name: str | None = None) -> None:
         if what not in self._noted and _mentions_backward(value):
             self._noted.add(what)
             self.notes.append(Note("left alone", what, "its training calls", why))
+            if name is not None and _is_step(value):
+                self.opaque_steps.add(name)
 
     def _function(self, name: str) -> None:
         if name in self.found:
@@ -239,7 +285,7 @@ class _Reach:
                 return
             fn = method
         if isinstance(fn, str):
-            self._skipped(f"function {name}", value, f"not rewritten: {fn}")
+            self._skipped(f"function {name}", value, f"not rewritten: {fn}", name)
         elif fn is not None:
             self._add(name, fn, None)
 
@@ -281,10 +327,13 @@ class _Reach:
         self.found[key] = _Reached(fn, module, names, methods, self_type)
         return self.found[key]
 
-    def trainers(self) -> frozenset[str]:
-        """Names of what calls backward(), directly or through another such function.
+    def trainers(self, cell: cst.Module) -> tuple[frozenset[str], dict[Key, frozenset[str]]]:
+        """Names of what trains, and per reached function the parameters that hold a trainer.
 
-        Functions by their names (and the names holding a bound method), methods as `.name`.
+        Functions by their names (and the names holding a bound method), methods as `.name`: a
+        function trains when it calls backward(), calls or hands on such a function, or calls a
+        parameter that a call site hands one (`mini_batch(device, loader, train_step_fn)` makes
+        `step_fn` a trainer inside `mini_batch`, and so `mini_batch` one).
         """
 
         def names_of(r: _Reached) -> set[str]:
@@ -295,17 +344,40 @@ class _Reach:
         def calls_of(r: _Reached) -> set[str]:
             return r.names | {f".{attr}" for _, attr in r.methods}
 
-        reached = list(self.found.values())
-        trainers: set[str] = set()
-        for r in reached:
+        reached = list(self.found.items())
+        functions = {r.source.name: r for _, r in reached if r.source.owner is None}
+        trainers: set[str] = set(self.opaque_steps)
+        for _, r in reached:
             if m.findall(r.module, BACKWARD):
                 trainers |= names_of(r)
+        handed: dict[Key, set[str]] = {}
+        sites: list[tuple[Key | None, cst.Call]] = [
+            (owner, call)
+            for owner, module in [(None, cell), *((key, r.module) for key, r in reached)]
+            for call in m.findall(module, m.Call(func=m.Name()))
+            if isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Name)
+            and call.func.value in functions
+        ]
         changed = True
         while changed:
-            more = set().union(*(names_of(r) for r in reached if calls_of(r) & trainers))
-            changed = bool(more - trainers)
-            trainers |= more
-        return frozenset(trainers)
+            changed = False
+            for key, r in reached:
+                if not names_of(r) <= trainers and calls_of(r) & (
+                    trainers | handed.get(key, set())
+                ):
+                    trainers |= names_of(r)
+                    changed = True
+            for owner, call in sites:
+                assert isinstance(call.func, cst.Name)
+                target = functions[call.func.value]
+                local = trainers | (handed.get(owner, set()) if owner is not None else set())
+                key = next(k for k, r in reached if r is target)
+                more = _handed(call, local, target) - handed.get(key, set())
+                if more:
+                    handed.setdefault(key, set()).update(more)
+                    changed = True
+        return frozenset(trainers), {key: frozenset(names) for key, names in handed.items()}
 
 
 class _RecordingNamespace(Mapping[str, object]):
@@ -408,7 +480,7 @@ def _rewrite_cell(
     reach = _Reach(namespace, handed) if namespace is not None else None
     if reach is not None:
         reach.run(*_names_in(module))
-    trainers = reach.trainers() if reach is not None else frozenset()
+    trainers, holding = reach.trainers(module) if reach is not None else (frozenset(), {})
     model_lists = (
         _model_lists([module, *(r.module for r in reach.found.values())], namespace)
         if reach is not None and namespace is not None
@@ -418,12 +490,12 @@ def _rewrite_cell(
     notes = [*context.sorted_notes(), *(reach.notes if reach is not None else ())]
     batch_sources = list(context.batch_sources)
     functions = []
-    for r in reach.found.values() if reach is not None else ():
+    for key, r in reach.found.items() if reach is not None else ():
         fn = r.source
         fn_context = RewriteContext(f"{fn.kind} {fn.name}", line_offset=fn.first_line - 1)
         try:
             new_source, fn_facts = rewrite_source(
-                fn.source, fn_context, trainers, model_lists, retry
+                fn.source, fn_context, trainers | holding.get(key, frozenset()), model_lists, retry
             )
         except cst.ParserSyntaxError:
             continue
