@@ -279,17 +279,19 @@ else:
     assert "\n" not in str(error)
 
 
-def test_an_interrupted_counter_loop_says_it_wrote_no_checkpoint(tmp_path: Path) -> None:
-    """zergtant/pytorch-handbook 3.3 (and L1aoXingyu's LSTM time series): `for step in
-    range(EPOCHS):` makes each step's batch itself. Checkpoints are taken in batch loops, so a
-    Ctrl-C under --checkpoint wrote none and said nothing; `--resume` then found no checkpoint.
-    The interrupted run says so."""
+def test_an_interrupted_while_loop_says_it_wrote_no_checkpoint(tmp_path: Path) -> None:
+    """GunhoChoi's style transfer: `while run[0] <= steps:` around an LBFGS step makes no batches
+    and has no passes to count on. A Ctrl-C under --checkpoint wrote none and said nothing;
+    `--resume` then found no checkpoint. The interrupted run says so. (`for step in range(n):`
+    drawing its own batches is checkpointed by its passes: tests/test_step_loop_checkpoints.py.)"""
     cell = """
-for step in range(20):
+step = 0
+while step < 20:
     xb = torch.randn(16, 8)
     opt.zero_grad()
     loss_fn(model(xb), (xb[:, 0] > 0).long()).backward()
     opt.step()
+    step += 1
     if step == 5:
         raise KeyboardInterrupt
 """

@@ -416,6 +416,9 @@ class Batches:
                     iterable = itertools.islice(iterable, done, None)
         self._inner_loop_started(epochs=True)
         frame = _CounterLoop(length, self.epochs_seen, self._epochs_calls)
+        if parent is None and self._checkpoints.directory is not None:
+            # `for i in range(max_steps):` drawing its own batches: its passes are checkpointed
+            iterable = self._checkpoints.step_passes(iterable, lambda: not frame.outer)
         self._loops.append(frame)
         timer, signals = self._timer, self.signals
         totals = timer.totals

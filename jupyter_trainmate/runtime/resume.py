@@ -4,10 +4,16 @@ random generators, the GradScaler, the gradients of an open accumulation window)
 run was (epoch, batches done in it, steps), written every `--every` steps, at each epoch's end and
 on an interrupt; and, with `--resume`, the same loaded back and the interrupted epoch continued
 from the batch after the last complete one, in the order it was drawn.
+
+A loop over a counter whose passes are the steps (`for i in range(max_steps):` drawing its own
+batch each pass, makemore's and nanoGPT's shape) is checkpointed the same way by its passes: every
+`--every` steps, at its end and on an interrupt, with the generators as they were when the pass
+began (or after it, when its update was made); `--resume` skips the passes done.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -66,6 +72,11 @@ class Checkpoints:
         self._epoch_rng: dict[str, Any] | None = None  # the RNG before the epoch drew its order
         self._rng_after_fetch: torch.Tensor | None = None
         self._in_body = False  # between a batch's arrival and the request for the next
+        # The step loop's passes (see `step_passes`): done, whether one is in progress and is a
+        # step, and the generators as it began
+        self._passes = 0
+        self._in_pass = False
+        self._pass_rng: dict[str, Any] | None = None
         self._epoch = 0  # the epoch in progress, 0-based in the epoch loop
         self._done = 0  # batches completed in the epoch in progress
         # The generators as the run began: a checkpoint carries them and `--resume` restores them
@@ -83,14 +94,16 @@ class Checkpoints:
         epoch: int,
         torch_rng: torch.Tensor | None = None,
         rng: dict[str, Any] | None = None,
+        passes: int | None = None,
     ) -> Path:
         """Hand a checkpoint of the notebook's training objects to the writer (batch boundary).
-        `rng`: the generators to record instead of their state now; `torch_rng`: the torch one."""
+        `rng`: the generators to record instead of their state now; `torch_rng`: the torch one.
+        `passes`: the step loop's passes done (a checkpoint of a loop over a counter)."""
         assert self.directory is not None
+        steps = self._steps_before + self._steps()
+        name = checkpoint_name(steps, epoch, position) if passes is None else f"step-{steps:08d}.pt"
         if not self.writes:
-            return self.directory / checkpoint_name(
-                self._steps_before + self._steps(), epoch, position
-            )
+            return self.directory / name
         objects = trainable_objects(self._namespace)
         rng = rng_state() if rng is None else rng
         if torch_rng is not None:
@@ -112,7 +125,6 @@ class Checkpoints:
                 }
                 for name, model in objects["models"].items()
             }
-        steps = self._steps_before + self._steps()
         payload = {
             "format": FORMAT,
             "version": VERSION,
@@ -125,10 +137,11 @@ class Checkpoints:
             "counter_epochs": not self.explicit_epochs,
             "epoch": epoch,
             "position": position,
+            "passes": passes,
             "steps": steps,
             "ranks": ranks(),  # the position counts one rank's batches
         }
-        path = self.directory / checkpoint_name(steps, epoch, position)
+        path = self.directory / name
         self._writer.submit(payload, path)
         self.last = path
         return path
@@ -154,16 +167,65 @@ class Checkpoints:
         self._epoch_rng = None
         self.save(0, epoch + 1 if fetched else epoch)  # the epoch is done: the next starts fresh
 
+    def step_passes(self, iterable: Iterable[Any], steps_only: Callable[[], bool]) -> Iterator[Any]:
+        """The passes of the run's outermost loop over a counter, checkpointed while they are
+        steps (`steps_only()`: no loop inside a pass iterated batches; once one does, the loops
+        inside checkpoint and the passes are epochs). Resuming from a checkpoint of such passes,
+        the ones done are skipped and the generators are as the next one began."""
+        resume, start = self._resume, 0
+        if resume is not None and resume.get("passes") is not None:
+            self._resume = None
+            start = int(resume["passes"])
+            set_rng_state(resume["rng"])
+            if start:
+                iterable = (
+                    iterable[start:]
+                    if isinstance(iterable, range)
+                    else itertools.islice(iterable, start, None)
+                )
+                self._report(f"resumed after {start} passes of the training loop")
+        every, steps = self._options.every, self._steps
+        self._passes = start
+        # (`_in_pass` stays set when the pass is left by an exception: `after_error` reads it)
+        for item in iterable:
+            step = steps_only()
+            if step:
+                self._pass_rng = rng_state()
+                self.updated = False
+                self._in_pass = True
+            yield item
+            self._in_pass = False
+            if step and steps_only():
+                self._passes += 1
+                if every and steps() % every == 0:
+                    self.save(0, 0, passes=self._passes)
+        if steps_only() and self._passes > start:
+            self.save(0, 0, passes=self._passes)
+
     def after_error(self, what: str) -> None:
         """On Ctrl-C or an exception: save the last complete step and say how to continue."""
         if self.directory is None:
             return
+        if not self._in_body and self._done == 0 and self._in_pass:  # in a step loop's pass
+            if self.updated:  # the pass had updated the weights: it counts
+                passes = self._passes + 1
+                path = self.save(0, 0, passes=passes)
+            else:  # back to the moment it began
+                passes = self._passes
+                path = self.save(0, 0, rng=self._pass_rng, passes=passes)
+            self._report(
+                f"{what} after {passes} passes of the training loop: checkpoint {path}; "
+                "continue with %%train --resume"
+            )
+            self._writer.wait()
+            return
         if not self._in_body and self._done == 0:  # outside a batch loop
-            if self.last is None:  # `for step in range(n):` drawing its own batches
+            if self.last is None:  # `while` loops, loops over a counter inside others
                 self._report(
-                    f"{what}: no checkpoint written (--checkpoint saves inside batch loops and at "
-                    "their end; this run's training loop iterates no batches), so --resume has "
-                    "nothing to continue"
+                    f"{what}: no checkpoint written (--checkpoint saves inside batch loops, at "
+                    "their end, and in the passes of an outermost `for` loop over a counter; "
+                    "this run's training loop is none of these), so --resume has nothing to "
+                    "continue"
                 )
             return  # else the epoch-end checkpoint is the latest state
         done, epoch = self._done, self._epoch

@@ -1,0 +1,84 @@
+"""`--checkpoint` and `--resume` on a loop whose passes are the steps: `for i in range(max_steps):`
+drawing its own batch each pass (karpathy's makemore and nanoGPT, zergtant's handbook 3.3,
+L1aoXingyu's LSTM time series). Such a loop iterates no batches, so it wrote no checkpoint and a
+Ctrl-C lost the run; its passes are now checkpointed (every `--every` steps, at its end, on an
+interrupt) and `--resume` skips the ones done. Trained for real on the CPU: the interrupted then
+resumed run ends bit-identical to the uninterrupted plain one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from jupyter_trainmate import last_run
+from jupyter_trainmate.runtime.checkpoint import checkpoints
+
+from .train_harness import COMMON, fresh_shell, run, weights
+
+DRAWS = """
+import numpy as np
+np.random.seed(0)
+X, Y = torch.randn(512, 8), torch.randint(0, 2, (512,))
+STOP, WHERE = -1, ""
+lossi = []
+"""
+
+# A pass draws its batch from torch's generator and a dropout mask (model has Dropout), and
+# np.random picks a learning rate scale: every generator moves in every pass.
+STEPS = """
+for i in range(30):
+    ix = torch.randint(0, X.shape[0], (32,))
+    loss = loss_fn(model(X[ix]), Y[ix])
+    opt.zero_grad()
+    loss.backward()
+    if i == STOP and WHERE == "before the update":
+        raise KeyboardInterrupt
+    for group in opt.param_groups:
+        group["lr"] = 0.05 * (1 + np.random.rand())
+    opt.step()
+    lossi.append(loss.item())
+    if i == STOP and WHERE == "after the update":
+        raise KeyboardInterrupt
+"""
+
+
+@pytest.mark.parametrize("where", ["before the update", "after the update"])
+def test_a_ctrl_c_in_a_step_loop_then_resume_ends_with_the_uninterrupted_weights(
+    where: str, tmp_path: Path
+) -> None:
+    expected = weights(run([COMMON, DRAWS, STEPS], None))
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(DRAWS).raise_error()
+    ip.user_ns.update(STOP=12, WHERE=where)
+    line = f"--checkpoint {tmp_path} --display off"
+    ip.run_cell(f"%%train {line}\n{STEPS}")
+    interrupted = last_run()
+    assert interrupted is not None
+    assert interrupted.outcome == "interrupted"
+    done = 13 if where == "after the update" else 12  # a pass counts once it updated the weights
+    assert any(f"after {done} passes of the training loop" in e for e in interrupted.events)
+    assert len(checkpoints(tmp_path)) == 1
+    ip.user_ns["STOP"] = -1
+    ip.run_cell(f"%%train {line} --resume\n{STEPS}").raise_error()
+    resumed = last_run()
+    assert resumed is not None
+    assert resumed.optimizer_steps == 30 - done
+    assert any(f"resumed after {done} passes" in e for e in resumed.events)
+    got = weights(ip)
+    assert [k for k in expected if not torch.equal(expected[k], got[k])] == []
+
+
+def test_a_step_loop_is_checkpointed_every_n_steps_and_at_its_end(tmp_path: Path) -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(DRAWS).raise_error()
+    ip.run_cell(f"%%train --checkpoint {tmp_path} --every 10 --keep 10 --display off\n{STEPS}")
+    names = [p.name for p in checkpoints(tmp_path)]
+    # every 10 steps, and the end (the 30th step's is both: written twice under one name)
+    assert names == ["step-00000010.pt", "step-00000020.pt", "step-00000030.pt"]
+    summary = last_run()
+    assert summary is not None
+    assert summary.steps == 30
