@@ -182,6 +182,7 @@ def _run_once(
         left_alone=tuple(str(n) for n in result.left_alone),
         reads_gradients=_gradient_reader(facts),
     )
+    session.checkpoints.carried = result.carried
     hooks = hooks or RunHooks()
     if hooks.on_created is not None:
         hooks.on_created(session)

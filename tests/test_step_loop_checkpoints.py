@@ -82,3 +82,43 @@ def test_a_step_loop_is_checkpointed_every_n_steps_and_at_its_end(tmp_path: Path
     summary = last_run()
     assert summary is not None
     assert summary.steps == 30
+
+
+CARRIED = """
+h = torch.zeros(1, 8)
+for i in range(30):
+    ix = torch.randint(0, X.shape[0], (32,))
+    h = torch.tanh(0.5 * h + X[ix][:1])  # carried from pass to pass, like an RNN's hidden state
+    loss = loss_fn(model(X[ix] + h), Y[ix])
+    opt.zero_grad()
+    loss.backward()
+    if i == STOP and WHERE == "before the update":
+        raise KeyboardInterrupt
+    opt.step()
+    h = h.detach()
+    if i == STOP and WHERE == "after the update":
+        raise KeyboardInterrupt
+"""
+
+
+@pytest.mark.parametrize("where", ["before the update", "after the update"])
+def test_what_the_step_loop_carries_from_pass_to_pass_is_in_its_checkpoint(
+    where: str, tmp_path: Path
+) -> None:
+    """zergtant's handbook 3.3: `prediction, h_state = rnn(x, h_state)` carries the hidden state
+    in a notebook variable. The checkpoint held the weights but not `h_state`, so the resumed
+    pass started from the interrupted pass's state and the weights differed; the rewrite names
+    what a pass reads before binding it, and the checkpoint of the passes holds it."""
+    plain = run([COMMON, DRAWS, CARRIED], None)
+    expected, expected_h = weights(plain), plain.user_ns["h"].clone()
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(DRAWS).raise_error()
+    ip.user_ns.update(STOP=12, WHERE=where)
+    line = f"--checkpoint {tmp_path} --display off"
+    ip.run_cell(f"%%train {line}\n{CARRIED}")
+    ip.user_ns["STOP"] = -1
+    ip.run_cell(f"%%train {line} --resume\n{CARRIED}").raise_error()
+    got = weights(ip)
+    assert [k for k in expected if not torch.equal(expected[k], got[k])] == []
+    assert torch.equal(ip.user_ns["h"], expected_h)

@@ -42,7 +42,7 @@ from .functions import (
     notebook_function,
     notebook_method,
 )
-from .loops import BatchLoopTransformer, iterated_names
+from .loops import BatchLoopTransformer, carried_names, iterated_names
 from .magics import MagicTransformer, code_of, magic_calls
 from .retry import MARK, RetryTransformer, compile_rewritten, forget_compiled
 
@@ -88,6 +88,7 @@ class RewriteResult:
     functions: tuple[RewrittenFunction, ...] = ()
     notes: tuple[Note, ...] = ()
     batch_sources: tuple[str, ...] = ()
+    carried: tuple[str, ...] = ()  # what the cell's step loop carries between passes (`loops`)
 
     @property
     def instrumented(self) -> list[Note]:
@@ -504,4 +505,6 @@ def _rewrite_cell(
             functions.append(RewrittenFunction(fn, new_source, shifted, tuple(r.bound_names)))
             notes.extend(fn_context.sorted_notes())
             batch_sources.extend(fn_context.batch_sources)
-    return RewriteResult(code, facts, tuple(functions), tuple(notes), tuple(batch_sources))
+    return RewriteResult(
+        code, facts, tuple(functions), tuple(notes), tuple(batch_sources), carried_names(source)
+    )

@@ -18,6 +18,7 @@ called function). Every change is inline: line numbers do not move.
 
 from __future__ import annotations
 
+import ast
 from typing import TypeVar
 
 import libcst as cst
@@ -267,3 +268,84 @@ class BatchLoopTransformer(cst.CSTTransformer):
             )
             return _session_call("next_batch", list(updated_node.args))
         return updated_node
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _names(node: ast.AST, kind: type[ast.expr_context]) -> list[str]:
+    """The names `node` loads (or stores), not those of a def or lambda inside it."""
+    found: list[str] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.Name) and isinstance(current.ctx, kind):
+            found.append(current.id)
+        stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, _SCOPES))
+    return found
+
+
+def _carried_in(body: list[ast.stmt], stored: set[str], read_first: set[str]) -> None:
+    """Walk `body` in order: a name read while this pass has not bound it yet is read from the
+    last pass (or from before the loop)."""
+    for statement in body:
+        heads: list[ast.AST]
+        targets: list[ast.AST]
+        blocks: list[list[ast.stmt]]
+        if isinstance(statement, ast.For | ast.AsyncFor):
+            heads, targets = [statement.iter], [statement.target]
+            blocks = [statement.body, statement.orelse]
+        elif isinstance(statement, ast.While | ast.If):
+            heads, targets, blocks = [statement.test], [], [statement.body, statement.orelse]
+        elif isinstance(statement, ast.With | ast.AsyncWith):
+            heads = [item.context_expr for item in statement.items]
+            targets = [item.optional_vars for item in statement.items if item.optional_vars]
+            blocks = [statement.body]
+        elif isinstance(statement, ast.Try):
+            heads, targets = [], []
+            blocks = [statement.body, *(h.body for h in statement.handlers), statement.orelse]
+            blocks.append(statement.finalbody)
+        elif isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            stored.add(statement.name)
+            continue
+        else:
+            heads, targets, blocks = [statement], [statement], []
+        for head in heads:
+            read_first.update(n for n in _names(head, ast.Load) if n not in stored)
+        target_name = statement.target if isinstance(statement, ast.AugAssign) else None
+        if isinstance(target_name, ast.Name) and target_name.id not in stored:
+            read_first.add(target_name.id)  # `total += loss` reads `total` first
+        for target in targets:
+            stored.update(_names(target, ast.Store))
+        for block in blocks:
+            _carried_in(block, stored, read_first)
+
+
+def carried_names(source: str) -> tuple[str, ...]:
+    """Names the passes of the cell's outermost loops over a counter carry from one pass to the
+    next: bound in the loop's body and read there before the pass binds them (`prediction,
+    h_state = rnn(x, h_state)`, an RNN's hidden state). A checkpoint of those passes holds their
+    values (`runtime.resume`): the notebook's models and optimizers are in it already, these are
+    not."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ()
+    carried: dict[str, None] = {}
+    for statement in tree.body:
+        if not isinstance(statement, ast.For):
+            continue
+        iterable = statement.iter
+        if not (
+            isinstance(iterable, ast.Call)
+            and isinstance(iterable.func, ast.Name)
+            and iterable.func.id in RANGE_LIKE
+        ):
+            continue
+        target = set(_names(statement.target, ast.Store))
+        stored: set[str] = set(target)
+        read_first: set[str] = set()
+        _carried_in(statement.body, stored, read_first)
+        bound = {n for s in statement.body for n in _names(s, ast.Store)}
+        carried.update(dict.fromkeys(sorted((read_first & bound) - target)))
+    return tuple(carried)

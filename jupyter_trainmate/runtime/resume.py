@@ -14,7 +14,7 @@ began (or after it, when its update was made); `--resume` skips the passes done.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,10 @@ class Checkpoints:
         self._passes = 0
         self._in_pass = False
         self._pass_rng: dict[str, Any] | None = None
+        # Notebook variables the step loop carries from pass to pass (an RNN's hidden state; the
+        # rewrite names them: `rewrite.loops.carried_names`), and their values as the pass began
+        self.carried: tuple[str, ...] = ()
+        self._pass_carried: dict[str, Any] | None = None
         self._epoch = 0  # the epoch in progress, 0-based in the epoch loop
         self._done = 0  # batches completed in the epoch in progress
         # The generators as the run began: a checkpoint carries them and `--resume` restores them
@@ -95,6 +99,7 @@ class Checkpoints:
         torch_rng: torch.Tensor | None = None,
         rng: dict[str, Any] | None = None,
         passes: int | None = None,
+        carried: dict[str, Any] | None = None,
     ) -> Path:
         """Hand a checkpoint of the notebook's training objects to the writer (batch boundary).
         `rng`: the generators to record instead of their state now; `torch_rng`: the torch one.
@@ -138,6 +143,9 @@ class Checkpoints:
             "epoch": epoch,
             "position": position,
             "passes": passes,
+            "carried": (carried if carried is not None else self._carried_now())
+            if passes is not None
+            else None,
             "steps": steps,
             "ranks": ranks(),  # the position counts one rank's batches
         }
@@ -177,6 +185,7 @@ class Checkpoints:
             self._resume = None
             start = int(resume["passes"])
             set_rng_state(resume["rng"])
+            self._restore_carried(resume.get("carried") or {})
             if start:
                 iterable = (
                     iterable[start:]
@@ -191,6 +200,8 @@ class Checkpoints:
             step = steps_only()
             if step:
                 self._pass_rng = rng_state()
+                if self.carried:
+                    self._pass_carried = self._carried_now()
                 self.updated = False
                 self._in_pass = True
             yield item
@@ -202,6 +213,21 @@ class Checkpoints:
         if steps_only() and self._passes > start:
             self.save(0, 0, passes=self._passes)
 
+    def _carried_now(self) -> dict[str, Any]:
+        """The carried variables' values as a checkpoint holds them (those it can hold)."""
+        found = {}
+        for name in self.carried:
+            value = _held(self._namespace.get(name))
+            if value is not _CANNOT:
+                found[name] = value
+        return found
+
+    def _restore_carried(self, carried: dict[str, Any]) -> None:
+        namespace = self._namespace
+        if carried and isinstance(namespace, MutableMapping):
+            for name, value in carried.items():
+                namespace[name] = _unheld(value)
+
     def after_error(self, what: str) -> None:
         """On Ctrl-C or an exception: save the last complete step and say how to continue."""
         if self.directory is None:
@@ -212,7 +238,9 @@ class Checkpoints:
                 path = self.save(0, 0, passes=passes)
             else:  # back to the moment it began
                 passes = self._passes
-                path = self.save(0, 0, rng=self._pass_rng, passes=passes)
+                path = self.save(
+                    0, 0, rng=self._pass_rng, passes=passes, carried=self._pass_carried
+                )
             self._report(
                 f"{what} after {passes} passes of the training loop: checkpoint {path}; "
                 "continue with %%train --resume"
@@ -379,6 +407,46 @@ class Checkpoints:
         set_rng_state(resume["rng"])  # then every draw continues where the run stopped
         self._report(f"resumed after {position} batches of the epoch in progress")
         return source, position
+
+
+_CANNOT = object()
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _held(value: Any) -> Any:
+    """`value` as a checkpoint loaded with `weights_only=True` can hold it: tensors (copied to
+    the CPU, with their device), NumPy arrays (as tensors), numbers, strings, None, and tuples
+    and lists of those (an LSTM's `(h, c)`); `_CANNOT` for anything else."""
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, torch.Tensor):
+        return {"tensor": value.detach().to("cpu", copy=True), "device": str(value.device)}
+    if type(value).__module__ == "numpy" and hasattr(value, "__array__"):
+        import numpy as np  # loaded: the value is one of its objects
+
+        try:  # an array, or a scalar (`np.float32`: kept as a 0-d array, then taken out again)
+            array = torch.from_numpy(np.array(value, copy=True))
+        except (TypeError, ValueError):
+            return _CANNOT
+        return {"ndarray": array, "scalar": not isinstance(value, np.ndarray)}
+    if isinstance(value, tuple | list):
+        items = [_held(v) for v in value]
+        if any(v is _CANNOT for v in items):
+            return _CANNOT
+        return {"sequence": items, "tuple": isinstance(value, tuple)}
+    return _CANNOT
+
+
+def _unheld(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    if "tensor" in value:
+        return value["tensor"].to(value["device"])
+    if "ndarray" in value:
+        array = value["ndarray"].numpy()
+        return array[()] if value["scalar"] else array
+    items = [_unheld(v) for v in value["sequence"]]
+    return tuple(items) if value["tuple"] else items
 
 
 def ranks() -> int:
