@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from IPython.core.interactiveshell import InteractiveShell
 
-from jupyter_trainmate import last_run
+from jupyter_trainmate import RunSummary, last_run
 from jupyter_trainmate.runtime.checkpoint import checkpoints
 
 from .train_harness import COMMON, fresh_shell, run, weights
@@ -44,27 +45,37 @@ for i in range(30):
 """
 
 
+def interrupted_then_resumed(
+    loop: str, where: str, folder: Path
+) -> tuple[InteractiveShell, RunSummary, RunSummary]:
+    """Run `loop` under `%%train --checkpoint FOLDER`, stopped by a KeyboardInterrupt in pass 12
+    (`where`: before or after its update), then again with `--resume` in the same shell."""
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(DRAWS).raise_error()
+    ip.user_ns.update(STOP=12, WHERE=where)
+    line = f"--checkpoint {folder} --display off"
+    ip.run_cell(f"%%train {line}\n{loop}")
+    interrupted = last_run()
+    assert interrupted is not None
+    ip.user_ns["STOP"] = -1
+    ip.run_cell(f"%%train {line} --resume\n{loop}").raise_error()
+    resumed = last_run()
+    assert resumed is not None
+    return ip, interrupted, resumed
+
+
 @pytest.mark.parametrize("where", ["before the update", "after the update"])
 def test_a_ctrl_c_in_a_step_loop_then_resume_ends_with_the_uninterrupted_weights(
     where: str, tmp_path: Path
 ) -> None:
     expected = weights(run([COMMON, DRAWS, STEPS], None))
-    ip = fresh_shell()
-    ip.run_cell(COMMON).raise_error()
-    ip.run_cell(DRAWS).raise_error()
-    ip.user_ns.update(STOP=12, WHERE=where)
-    line = f"--checkpoint {tmp_path} --display off"
-    ip.run_cell(f"%%train {line}\n{STEPS}")
-    interrupted = last_run()
-    assert interrupted is not None
+    ip, interrupted, resumed = interrupted_then_resumed(STEPS, where, tmp_path)
     assert interrupted.outcome == "interrupted"
     done = 13 if where == "after the update" else 12  # a pass counts once it updated the weights
     assert any(f"after {done} passes of the training loop" in e for e in interrupted.events)
-    assert len(checkpoints(tmp_path)) == 1
-    ip.user_ns["STOP"] = -1
-    ip.run_cell(f"%%train {line} --resume\n{STEPS}").raise_error()
-    resumed = last_run()
-    assert resumed is not None
+    # the interrupt's checkpoint counts the steps it holds; the resumed run's end counts on
+    assert [p.name for p in checkpoints(tmp_path)] == [f"step-{done:08d}.pt", "step-00000030.pt"]
     assert resumed.optimizer_steps == 30 - done
     assert any(f"resumed after {done} passes" in e for e in resumed.events)
     got = weights(ip)
@@ -111,14 +122,7 @@ def test_what_the_step_loop_carries_from_pass_to_pass_is_in_its_checkpoint(
     what a pass reads before binding it, and the checkpoint of the passes holds it."""
     plain = run([COMMON, DRAWS, CARRIED], None)
     expected, expected_h = weights(plain), plain.user_ns["h"].clone()
-    ip = fresh_shell()
-    ip.run_cell(COMMON).raise_error()
-    ip.run_cell(DRAWS).raise_error()
-    ip.user_ns.update(STOP=12, WHERE=where)
-    line = f"--checkpoint {tmp_path} --display off"
-    ip.run_cell(f"%%train {line}\n{CARRIED}")
-    ip.user_ns["STOP"] = -1
-    ip.run_cell(f"%%train {line} --resume\n{CARRIED}").raise_error()
+    ip, _, _ = interrupted_then_resumed(CARRIED, where, tmp_path)
     got = weights(ip)
     assert [k for k in expected if not torch.equal(expected[k], got[k])] == []
     assert torch.equal(ip.user_ns["h"], expected_h)

@@ -100,12 +100,14 @@ class Checkpoints:
         rng: dict[str, Any] | None = None,
         passes: int | None = None,
         carried: dict[str, Any] | None = None,
+        undone: int = 0,
     ) -> Path:
         """Hand a checkpoint of the notebook's training objects to the writer (batch boundary).
         `rng`: the generators to record instead of their state now; `torch_rng`: the torch one.
-        `passes`: the step loop's passes done (a checkpoint of a loop over a counter)."""
+        `passes`: the step loop's passes done (a checkpoint of a loop over a counter); `undone`:
+        steps counted that the checkpoint does not hold (the pass in progress, taken back)."""
         assert self.directory is not None
-        steps = self._steps_before + self._steps()
+        steps = self._steps_before + self._steps() - undone
         name = checkpoint_name(steps, epoch, position) if passes is None else f"step-{steps:08d}.pt"
         if not self.writes:
             return self.directory / name
@@ -239,7 +241,7 @@ class Checkpoints:
             else:  # back to the moment it began
                 passes = self._passes
                 path = self.save(
-                    0, 0, rng=self._pass_rng, passes=passes, carried=self._pass_carried
+                    0, 0, rng=self._pass_rng, passes=passes, carried=self._pass_carried, undone=1
                 )
             self._report(
                 f"{what} after {passes} passes of the training loop: checkpoint {path}; "
