@@ -266,9 +266,9 @@ class Checkpoints:
             # The epoch's first batch had not: a resume starts this epoch afresh, and its
             # iter() draws the order again, so the generators go back to before that draw (not
             # to after the first fetch, which would draw another order)
-            path = self.save(0, epoch, rng=self._epoch_rng)
+            path = self.save(0, epoch, rng=self._epoch_rng, undone=1)
         elif self._in_body:  # it had not: back to the moment its batch arrived
-            path = self.save(done, epoch, torch_rng=self._rng_after_fetch)
+            path = self.save(done, epoch, torch_rng=self._rng_after_fetch, undone=1)
         else:
             path = self.save(done, epoch)
         self._report(
