@@ -357,3 +357,40 @@ def test_resume_in_a_later_epoch_when_the_epoch_loop_calls_the_batch_loop(tmp_pa
     assert resumed.optimizer_steps == 24 - 10
     got = weights(ip)
     assert [k for k in expected if not torch.equal(expected[k], got[k])] == []
+
+
+SHUFFLED_IN_PLACE = """
+for epoch in range(2):
+    random.shuffle(sentences)
+    for i, sentence in enumerate(sentences):
+        k += 1
+        loss = sentence_loss(sentence)
+        opt.zero_grad()
+        loss.backward()
+        if k == STOP:
+            raise KeyboardInterrupt
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize("stop", [6, 17], ids=["epoch-1", "epoch-2"])
+def test_resume_puts_back_the_order_of_a_list_the_cell_shuffles_in_place(
+    stop: int, tmp_path: Path
+) -> None:
+    """dair-ai nn-lm: `random.shuffle(train_data)` reorders the notebook's own list before each
+    epoch's batch loop. The resumed run shuffled the list from the order the interrupted run had
+    left it in (the generators put back, but not the list), so it trained on another order and
+    ended with other weights. A mid-epoch checkpoint now holds the list's order as the epoch's
+    loop began, and `--resume` puts it back in place."""
+    setup = SENTENCES + "\nk = 0\nSTOP = -1\n"
+    expected = weights(run([COMMON, setup, SHUFFLED_IN_PLACE], None))
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(setup).raise_error()
+    ip.user_ns["STOP"] = stop
+    line = f"--checkpoint {tmp_path} --display off"
+    ip.run_cell(f"%%train {line}\n{SHUFFLED_IN_PLACE}")
+    ip.user_ns["STOP"] = -1
+    ip.run_cell(f"%%train {line} --resume\n{SHUFFLED_IN_PLACE}").raise_error()
+    got = weights(ip)
+    assert [k for k in expected if not torch.equal(expected[k], got[k])] == []

@@ -228,7 +228,7 @@ class Batches:
             source, done = checkpoints.resumed_epoch(iterable)
             counter = SampleCounter(iterable, done)
             return self._iterate(self._source(source), remaining, counter, done)
-        checkpoints.epoch_starting()  # before iter() draws: a resume redraws this order
+        checkpoints.epoch_starting(iterable)  # before iter() draws: a resume redraws it
         self._guards.epoch_started()
         if self._tune_loader and isinstance(iterable, torch.utils.data.DataLoader):
             tuner = self._tuner(iterable)

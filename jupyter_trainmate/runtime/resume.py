@@ -70,6 +70,7 @@ class Checkpoints:
         self.explicit_epochs = False
         self._counter_epochs = False  # the resumed checkpoint's epochs were such passes
         self._epoch_rng: dict[str, Any] | None = None  # the RNG before the epoch drew its order
+        self._epoch_list: list[Any] | None = None  # a list iterated, in its order then
         self._rng_after_fetch: torch.Tensor | None = None
         self._in_body = False  # between a batch's arrival and the request for the next
         # The step loop's passes (see `step_passes`): done, whether one is in progress and is a
@@ -140,6 +141,7 @@ class Checkpoints:
             "scaler": self._scaler.state_dict() if self._scaler is not None else None,
             "rng": rng,
             "epoch_rng": self._epoch_rng if position else None,
+            "epoch_list": self._held_epoch_list() if position else None,
             "start_rng": self._start_rng,
             "counter_epochs": not self.explicit_epochs,
             "epoch": epoch,
@@ -214,6 +216,10 @@ class Checkpoints:
                     self.save(0, 0, passes=self._passes)
         if steps_only() and self._passes > start:
             self.save(0, 0, passes=self._passes)
+
+    def _held_epoch_list(self) -> Any:
+        held = _held(self._epoch_list) if self._epoch_list is not None else None
+        return None if held is _CANNOT else held
 
     def _carried_now(self) -> dict[str, Any]:
         """The carried variables' values as a checkpoint holds them (those it can hold)."""
@@ -376,10 +382,13 @@ class Checkpoints:
         """Whether the next batch loop continues the checkpoint's epoch."""
         return self._resume is not None
 
-    def epoch_starting(self) -> None:
-        """A fresh epoch: keep the RNG before its order is drawn (a resume draws it again)."""
+    def epoch_starting(self, iterable: Iterable[Any] = ()) -> None:
+        """A fresh epoch: keep the RNG before its order is drawn (a resume draws it again), and
+        the order of a list the batch loop iterates as it is now (`random.shuffle(sentences)`
+        before the loop reorders the notebook's own list each epoch: a resume puts it back)."""
         if self.directory is not None:
             self._epoch_rng = rng_state()
+            self._epoch_list = list(iterable) if type(iterable) is list else None
 
     def resumed_epoch(self, iterable: Iterable[Any]) -> tuple[Iterable[Any], int]:
         """The checkpoint's epoch, from the batch after the last complete one, and that position."""
@@ -393,6 +402,11 @@ class Checkpoints:
             return iterable, 0
         set_rng_state(resume["epoch_rng"])  # the epoch's order, drawn again as it was
         self._epoch_rng = resume["epoch_rng"]
+        if resume.get("epoch_list") is not None and type(iterable) is list:
+            # the list in the order the interrupted epoch iterated it (the cell reordered it in
+            # place before the loop, from an order this run never had)
+            iterable[:] = _unheld(resume["epoch_list"])
+        self._epoch_list = list(iterable) if type(iterable) is list else None
         source: Iterable[Any]
         if isinstance(iterable, torch.utils.data.DataLoader) and tunable(iterable) is None:
             torch.empty((), dtype=torch.int64).random_(generator=iterable.generator)
