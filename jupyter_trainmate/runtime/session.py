@@ -139,6 +139,7 @@ class TrainSession:
             not self.guards.watch_losses and self.scaler is None and options.accumulate == 1
         )
         self._optimizers = self.stepping.optimizers  # those stepped through the session
+        self._stepped_last: object = None  # the optimizer the plain step registered last
         # `backward`, `zero_grad`, `step`: the form for what the run has to decide now (`_pick`)
         self.backward: Callable[..., Any] = self._backward_any
         self.zero_grad: Callable[..., Any] = self._zero_grad_any
@@ -290,10 +291,11 @@ class TrainSession:
         self.step = self._step_plain if whole and self.stepping.plain else self._step_any
 
     def _backward_plain(self, loss: Any, *args: Any) -> Any:
+        # `accumulation.pending` is left alone: with one backward() a step it is read nowhere
+        # (see `Accumulation`), and the plain step does not reset it either
         if isinstance(loss, _Tensor):
             self._signals.count += 1  # this batch trains, even if a guard drops its update
             self._last_loss = loss  # read (and synchronised) only by the status writer, 1/s
-            self.accumulation.pending += 1
             self._backwards += 1
             return loss.backward(*args) if args else loss.backward()  # type: ignore[no-untyped-call]
         return self.backward_kw(loss, *args)
@@ -372,13 +374,12 @@ class TrainSession:
 
     def _step_plain(self, target: Any, *args: Any) -> Any:
         if not args and isinstance(target, _Optimizer):
-            # `Stepping.optimizer_step`'s plain path, inline: one call less per step
-            optimizers = self._optimizers
-            if id(target) not in optimizers:
-                optimizers[id(target)] = target
-            result = target.step()
-            self.accumulation.pending = 0
-            return result
+            # `Stepping.optimizer_step`'s plain path, inline: one call less per step; the
+            # optimizer registered when it is not the one stepped last (one test a step)
+            if target is not self._stepped_last:
+                self._stepped_last = target
+                self._optimizers[id(target)] = target
+            return target.step()
         return self.step_kw(target, *args)
 
     def _step_any(self, target: Any, *args: Any) -> Any:
