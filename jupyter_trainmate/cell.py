@@ -57,7 +57,10 @@ def transformed(ip: InteractiveShell, cell: str) -> str:
         tuple(manager.line_transforms),
         tuple(manager.token_transformers),
     )
-    source = _TRANSFORMED.get(key)
+    try:
+        source = _TRANSFORMED.get(key)
+    except TypeError:  # a transform that cannot be hashed (a callable object with `__eq__`)
+        return str(ip.transform_cell(cell))  # type: ignore[no-untyped-call]
     if source is not None:
         return source
     source = str(manager.transform_cell(cell))

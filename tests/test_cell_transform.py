@@ -77,3 +77,25 @@ def test_the_cache_keeps_the_newest_cells(ip: InteractiveShell) -> None:
     assert len(cell_module._TRANSFORMED) == cell_module._TRANSFORMED_MOST
     assert any(key[0] == "a = 68\nb = 68\n" for key in cell_module._TRANSFORMED)
     assert not any(key[0] == "a = 0\nb = 0\n" for key in cell_module._TRANSFORMED)
+
+
+def test_an_unhashable_transform_is_run_not_cached(ip: InteractiveShell) -> None:
+    class Shout:
+        __hash__ = None  # type: ignore[assignment]  # what defining __eq__ alone does
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Shout)
+
+        def __call__(self, lines: list[str]) -> list[str]:
+            return [line.replace("y = x", "y = -x") for line in lines]
+
+    text = CELLS[0]
+    manager = ip.input_transformer_manager
+    shout = Shout()
+    manager.cleanup_transforms.append(shout)
+    try:
+        assert transformed(ip, text) == ip.transform_cell(text)
+        assert "y = -x" in transformed(ip, text)
+    finally:
+        manager.cleanup_transforms.remove(shout)
+    assert not cell_module._TRANSFORMED
