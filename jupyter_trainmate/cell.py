@@ -36,6 +36,42 @@ def running_cell_number(ip: InteractiveShell) -> int:
     return int(ip.execution_count)
 
 
+# `transformed`'s answers: IPython's static transforms of a cell are a function of its text and
+# of the transformer lists (the key holds them), so a re-run of the same cell (the common case in
+# a notebook, and every trial of a benchmark) reuses the answer: tokenizing the cell again is
+# about 12,000 Python opcodes of every run's start (issues 14 and 15).
+_TRANSFORMED: dict[tuple[Any, ...], str] = {}
+_TRANSFORMED_MOST = 64
+
+
+def transformed(ip: InteractiveShell, cell: str) -> str:
+    """`ip.transform_cell(cell)`, from a cache when IPython's answer is its static transform alone
+    (`input_transformer_manager`'s): no `input_transformers_post`, and a result of more than one
+    line (IPython passes a one-line result through the prefilter, which reads the namespace)."""
+    if ip.input_transformers_post:
+        return str(ip.transform_cell(cell))  # type: ignore[no-untyped-call]
+    manager = ip.input_transformer_manager
+    key = (
+        cell,
+        tuple(manager.cleanup_transforms),
+        tuple(manager.line_transforms),
+        tuple(manager.token_transformers),
+    )
+    try:
+        source = _TRANSFORMED.get(key)
+    except TypeError:  # a transform that cannot be hashed (a callable object with `__eq__`)
+        return str(ip.transform_cell(cell))  # type: ignore[no-untyped-call]
+    if source is not None:
+        return source
+    source = str(manager.transform_cell(cell))
+    if len(source.splitlines()) == 1:
+        return str(ip.transform_cell(cell))  # type: ignore[no-untyped-call]
+    if len(_TRANSFORMED) >= _TRANSFORMED_MOST:
+        _TRANSFORMED.pop(next(iter(_TRANSFORMED)))  # the oldest
+    _TRANSFORMED[key] = source
+    return source
+
+
 def register_cell(ip: InteractiveShell, cell: str, source: str) -> str:
     """Register the cell's code with IPython under the running cell's number; its file name.
 

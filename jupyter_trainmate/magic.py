@@ -56,7 +56,7 @@ class TrainmateMagics(Magics):
     def train(self, line: str, cell: str) -> None:
         # The docstring (`%%train?`) is the parser's help: see below the class.
         __tracebackhide__ = True
-        from .cell import register_cell, traceback_from_cell
+        from .cell import register_cell, traceback_from_cell, transformed
         from .rewrite import compile_rewritten
         from .runner import rewrite_for, run_cell, show
         from .runtime.notebook import notebook_path
@@ -71,7 +71,7 @@ class TrainmateMagics(Magics):
             return
         except TrainmateError as exc:
             raise UsageError(f"%%train: {exc}") from None
-        source = ip.transform_cell(cell)
+        source = transformed(ip, cell)
         filename = register_cell(ip, cell, source)
         try:  # the cell as it is (compiled once per source: a re-run reuses it)
             compile_rewritten(source, source, filename)

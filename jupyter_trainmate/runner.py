@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
 from .display.live import LiveDisplay
@@ -413,13 +414,19 @@ def _install(
 
 def _options_text(options: TrainOptions) -> str:
     """The run's options as `%%train` flags (TensorBoard's text tab)."""
-    default = TrainOptions()
     changed = [
-        f"--{f.name.replace('_', '-')} {getattr(options, f.name)}"
-        for f in dataclasses.fields(options)
-        if getattr(options, f.name) != getattr(default, f.name)
+        f"--{name.replace('_', '-')} {value}"
+        for name, default in _option_defaults()
+        if (value := getattr(options, name)) != default
     ]
     return "%%train " + " ".join(changed) if changed else "%%train (defaults)"
+
+
+@functools.cache
+def _option_defaults() -> tuple[tuple[str, Any], ...]:
+    """(name, default) of every option, read once (a `TrainOptions()` checks every field)."""
+    default = TrainOptions()
+    return tuple((f.name, getattr(default, f.name)) for f in dataclasses.fields(default))
 
 
 def _write_run_record(
@@ -436,7 +443,7 @@ def _write_run_record(
         notebook=notebook,
         hyper=hyper,
         checkpoint=session.last_checkpoint,
-        commit=git_commit(Path(notebook).parent if notebook else Path.cwd()),
+        commit=git_commit(os.path.dirname(notebook) if notebook else os.getcwd()),
     )
     record["tensorboard"] = str(tensorboard.folder) if tensorboard is not None else None
     if run.final is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from jupyter_trainmate.runtime.records import read_records
+from jupyter_trainmate.runtime.records import git_commit, read_records
 
 from .train_harness import COMMON, fresh_shell, run
 
@@ -157,3 +157,27 @@ def test_tensorboard_on_without_the_package_is_a_usage_error(
     ip.run_cell(COMMON + "\nimport jupyter_trainmate\n").raise_error()
     result = ip.run_cell(f"%%train --tensorboard on --display off\n{LOOP}")
     assert "tensorboard package is not installed" in str(result.error_in_exec)
+
+
+def test_git_commit_is_found_from_a_subfolder_a_worktree_and_a_relative_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def git(*args: str, cwd: Path) -> str:
+        command = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+        return subprocess.run(command, cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+    repo = tmp_path / "repo"
+    (repo / "notebooks" / "deep").mkdir(parents=True)
+    git("init", "-q", cwd=repo)
+    git("commit", "-q", "--allow-empty", "-m", "x", cwd=repo)
+    head = git("rev-parse", "HEAD", cwd=repo).strip()
+    assert git_commit(repo / "notebooks" / "deep") == head
+    git("worktree", "add", "-q", "-b", "other", str(tmp_path / "wt"), cwd=repo)
+    git("commit", "-q", "--allow-empty", "-m", "y", cwd=tmp_path / "wt")  # a gitdir: file
+    other = git("rev-parse", "HEAD", cwd=tmp_path / "wt").strip()
+    assert other != head
+    assert git_commit(tmp_path / "wt") == other
+    monkeypatch.chdir(repo)
+    assert git_commit(Path("notebooks")) == head
+    assert git_commit("notebooks/deep") == head
+    assert git_commit(tmp_path) != head  # the repository is below it, not above

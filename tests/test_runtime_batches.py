@@ -71,3 +71,24 @@ def test_the_last_batch_closes_a_short_accumulation_window() -> None:
     flags = [s.accumulation.last_batch for _ in s.batches(BATCHES)]
     assert flags == [False, False, False, True]
     assert s.accumulation.last_batch is False  # reset when the epoch ends
+
+
+def test_a_pass_shown_from_its_first_batch_is_taken_back_only_if_that_batch_did_not_train() -> None:
+    """After a trained epoch, a validation pass shows as the epoch in progress while its first
+    batch runs and is taken back when that batch brings no signal; a pass whose first batch
+    trains keeps its own length, whatever its later batches do."""
+    s = session()
+    for batch in s.batches(BATCHES):  # an epoch of 4 steps
+        train_on(s, batch)
+    during = []
+    for batch in s.batches([torch.ones(3, 2)] * 3):  # validation: nothing trains
+        during.append(s.progress())
+        s._namespace["model"](batch)
+    assert (during[0].epoch, during[0].steps_per_epoch) == (2, 3)  # shown from its first batch
+    at = s.progress()
+    assert (at.epoch, at.steps_per_epoch, at.step_in_epoch) == (1, 4, 4)  # taken back
+    for i, batch in enumerate(s.batches([torch.ones(3, 2)] * 5)):  # only its first batch trains
+        if i == 0:
+            train_on(s, batch)
+    at = s.progress()
+    assert (at.epoch, at.steps_per_epoch, at.steps) == (2, 5, 5)

@@ -84,3 +84,35 @@ def test_halt_before_the_display_thread_began_leaves_it_nothing_to_do(
     display.halt()  # the run ended before the thread was started (or scheduled)
     display._main()  # what the thread runs when it begins: it sees the stop
     assert looped == []
+
+
+def test_the_per_step_calls_check_nothing_the_run_fixed_and_everything_during_a_split() -> None:
+    """`backward`, `zero_grad`, `step` are the plain forms when the options leave nothing to
+    decide, the general ones with accumulation, and the general ones while an out-of-memory
+    split runs (back to plain when it ends)."""
+    import torch
+
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    namespace = {"model": model, "opt": opt}
+    session = TrainSession(parse_options("", None), namespace)
+    plain = (session._backward_plain, session._zero_grad_plain, session._step_plain)
+    assert (session.backward, session.zero_grad, session.step) == plain
+    accumulating = TrainSession(parse_options("--accumulate 2", None), namespace)
+    assert accumulating.backward == accumulating._backward_any
+    assert accumulating.zero_grad == accumulating._zero_grad_any
+    assert accumulating.step == accumulating._step_any
+    retry = session.oom_guard
+    retry.parts_per_batch = 2
+    split = retry.parts(torch.ones(4, 2))
+    next(split)  # the first micro-batch is running
+    assert (session.backward, session.zero_grad, session.step) == (
+        session._backward_any,
+        session._zero_grad_any,
+        session._step_any,
+    )
+    for _ in split:
+        pass
+    assert (session.backward, session.zero_grad, session.step) == plain
+    session.monitor_epoch_loss()  # a sweep's --monitor loss: every backward() reads the loss
+    assert session.backward == session._backward_any

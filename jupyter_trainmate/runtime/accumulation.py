@@ -16,7 +16,10 @@ class Accumulation:
 
     def __init__(self, every: int) -> None:
         self.every = every  # backward() calls per optimizer step (1: no accumulation)
-        self.pending = 0  # backward() calls since the last real optimizer step
+        # backward() calls since the last real optimizer step. Read only where `every > 1` or
+        # an out-of-memory split runs (which winds it back, and counts its last micro-batch):
+        # the session's plain backward() and step() (`every == 1`) leave it alone.
+        self.pending = 0
         self.last_batch = False  # the batch in progress is its epoch's last (a short window ends)
 
     @property

@@ -4,7 +4,7 @@ they keep (epochs seen, steps per epoch, the epoch loop's length), prefetching (
 loader tuning (`--tune-loader`) and the loader facts the advice reads.
 
 The per-step path is `_iterate_plain`: a plain for loop, bound methods in locals, no try/except
-per batch. Everything else runs once per epoch.
+around the body. Everything else runs once per epoch.
 
 What counts: a batch is a training step when a "signal" (a backward() or an optimizer step, which
 the session reports in `signals`) came while it was in hand; a batch that brought none (a
@@ -40,6 +40,8 @@ from .resume import Checkpoints
 from .summary import SamplesSource
 from .timing import StepTimer
 from .tune import LoaderTuner, tunable
+
+_SEQUENCES = frozenset((tuple, list))  # batches sized inline by their first item
 
 
 @dataclass(frozen=True)
@@ -295,9 +297,10 @@ class Batches:
     def _iterate_plain(
         self, source: Iterator[Any], remaining: int | None, counter: SampleCounter
     ) -> Iterator[Any]:
-        # The per-step path: a plain for loop, bound methods in locals, no try/except per batch,
-        # and the clock read only at the timed points (`left` counts down to the next one; see
-        # `timing`): every other step is only counted.
+        # The per-step path: a plain for loop, bound methods in locals, no try/except around the
+        # body (the one around reading a batch's size costs nothing from Python 3.11 on), and the
+        # clock read only at the timed points (`left` counts down to the next one; see `timing`):
+        # every other step is only counted. Flags, not counters, where only "any?" is asked.
         # A batch that brought no signal is taken back out of the counts (see the module's
         # docstring); the pass becomes the epoch in progress at its first batch that trained.
         timer, signals = self._timer, self.signals
@@ -311,37 +314,46 @@ class Batches:
         self._samples_guessed |= not counter.exact
         count = counter if counter.exact else leading_size  # one call per batch, not two
         guess = not counter.exact  # (inputs, targets, ...) batches are sized inline, below
-        fetched = trained = 0
+        fetched = trained = False  # only whether any batch was fetched, any trained
+        shown: tuple[int | None, int, bool] | None = None
         holding = False
         mark = signals.count
         retry = self._retry
         point = retry.retry_point()  # the batch loops of a batch's body make their own
         try:
             left = before()  # this fetch is timed; the next timed one `left` steps later
-            timed = True
+            timed = True  # `before()` ran: the next fetch's end is `after()`'s
             for batch in source:
-                kind = type(batch)
-                if guess and (kind is tuple or kind is list) and batch and type(batch[0]) is Tensor:
-                    shape = batch[0].shape  # what `leading_size` reads, without its two calls
-                    samples = shape[0] if shape else count(batch)
+                if guess and type(batch) in _SEQUENCES and batch:
+                    # (inputs, targets, ...): what `leading_size` reads, without its calls
+                    first = batch[0]
+                    if type(first) is Tensor:
+                        try:
+                            samples = first.shape[0]
+                        except IndexError:  # a 0-d tensor first
+                            samples = count(batch)
+                    else:
+                        samples = count(batch)
                 else:
                     samples = count(batch)
                 if timed:
                     after(samples)
+                    timed = False
                 else:
                     totals.steps += 1
                     totals.samples += samples
-                fetched += 1
                 if track_last:
                     remaining -= 1  # type: ignore[operator]
                     accumulation.last_batch = remaining == 0
                 mark = signals.count
-                if fetched == 1 and mark:
-                    # The run has trained before: show this pass as the epoch in progress from
-                    # its first batch (taken back below if that batch does not train).
-                    shown = (self.steps_per_epoch, self._epoch_first_step, self._in_epoch)
-                    self.steps_per_epoch, self._epoch_first_step = per_epoch, first_step
-                    self._in_epoch = True
+                if not fetched:
+                    fetched = True
+                    if mark:
+                        # The run has trained before: show this pass as the epoch in progress
+                        # from its first batch (taken back below if that batch does not train).
+                        shown = (self.steps_per_epoch, self._epoch_first_step, self._in_epoch)
+                        self.steps_per_epoch, self._epoch_first_step = per_epoch, first_step
+                        self._in_epoch = True
                 self._in_batch += 1
                 holding = True
                 yield batch
@@ -351,19 +363,19 @@ class Batches:
                     uncount(samples)
                     self._uncounted[0] += 1
                     self._uncounted[1] += samples
-                    if fetched == 1 and mark:
+                    if shown is not None:  # the pass's first batch did not train after all
                         self.steps_per_epoch, self._epoch_first_step, self._in_epoch = shown
+                        shown = None
                 elif not trained:
-                    trained = 1
+                    trained = True
+                    shown = None
                     self.steps_per_epoch = per_epoch
                     self._epoch_first_step = first_step
                     self._in_epoch = True
-                else:
-                    trained += 1
                 left -= 1
-                timed = not left
-                if timed:
+                if not left:
                     left = before()
+                    timed = True
             if not timed:
                 before()  # the pass is over: what follows it is no step of it
             self._guards.epoch_ended()
@@ -372,7 +384,7 @@ class Batches:
             if holding:  # left from inside the body (break, an exception): did the batch train?
                 self._in_batch -= 1
                 if signals.count != mark:
-                    trained += 1
+                    trained = True
             if trained:
                 self.epochs_seen += 1
                 self._in_epoch = False

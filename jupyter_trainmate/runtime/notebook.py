@@ -3,6 +3,7 @@ that holds its run records, TensorBoard logs and default checkpoints."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,4 +17,10 @@ def notebook_path(namespace: Mapping[str, object]) -> str | None:
 
 def runs_folder(notebook: str | None) -> Path:
     """`runs/` beside the notebook (or in the working directory)."""
-    return (Path(notebook).parent if notebook else Path.cwd()) / "runs"
+    return _runs_in(os.path.dirname(notebook) if notebook else os.getcwd())
+
+
+@functools.lru_cache(maxsize=16)
+def _runs_in(folder: str) -> Path:
+    """`folder/runs` (a `Path` is built once: a run asks for it twice, and a sweep per trial)."""
+    return Path(folder) / "runs"

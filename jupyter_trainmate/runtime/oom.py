@@ -109,6 +109,10 @@ def split_batch(batch: Any, size: int, parts: int) -> list[Any]:
     return [batch] * parts
 
 
+def _nothing() -> None:
+    return None
+
+
 class OutOfMemoryRetry:
     """The `parts()` generator and the `with` guard of one run (see the module docstring)."""
 
@@ -131,6 +135,9 @@ class OutOfMemoryRetry:
         self._failed: str | None = None  # the error's message (the error itself holds frames)
         self._names: tuple[str, ...] = ()
         self._pending_at_start = 0
+        # called when `count` or `index` may have changed (a split starts or ends, a batch loop
+        # puts the outer batch's state back): the session picks its per-step calls again
+        self.on_split: Callable[[], None] = _nothing
 
     @property
     def failed(self) -> bool:
@@ -166,6 +173,7 @@ class OutOfMemoryRetry:
                 self._failed = None
                 pieces = split_batch(batch, size, min(parts, size) if size else 1)
                 self.count = len(pieces)
+                self.on_split()
                 for self.index, piece in enumerate(pieces):
                     self.weight = batch_size(piece) / size if size else 1 / self.count
                     yield piece
@@ -177,6 +185,7 @@ class OutOfMemoryRetry:
         finally:
             self.index, self.count, self.weight = 0, 1, 1.0
             self._failed = None
+            self.on_split()
 
     def retry_point(self) -> RetryPoint:
         """The state of the batch in progress: what its body assigns, the pending count it
@@ -187,6 +196,7 @@ class OutOfMemoryRetry:
 
     def restore(self, point: RetryPoint) -> None:
         self._names, self._pending_at_start, self.index, self.count, self.weight = point
+        self.on_split()
         # A failure is consumed by the generator that retries it; none is left when a batch
         # loop ends (one left by an interrupted retry must not split the next batch).
         self._failed = None

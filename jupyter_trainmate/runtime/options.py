@@ -226,9 +226,9 @@ class TrainOptions:
             raise TrainmateError("--parallel and --procs together: not supported; use one")
 
     def __post_init__(self) -> None:
-        for spec in option_specs():
+        for spec in _choice_specs():
             value = getattr(self, spec.name)
-            if spec.choices and value not in spec.choices:
+            if value not in spec.choices:
                 raise TrainmateError(
                     f"{spec.flag} {value}: choose one of {', '.join(spec.choices)}"
                 )
@@ -383,6 +383,12 @@ def option_specs() -> tuple[OptionSpec, ...]:
             )
         specs.append(spec)
     return tuple(specs)
+
+
+@cache
+def _choice_specs() -> tuple[OptionSpec, ...]:
+    """The options with a fixed set of values, which every `TrainOptions` checks."""
+    return tuple(spec for spec in option_specs() if spec.choices)
 
 
 class HelpShown(Exception):

@@ -138,6 +138,14 @@ class TrainSession:
         self._plain_backward = (
             not self.guards.watch_losses and self.scaler is None and options.accumulate == 1
         )
+        self._optimizers = self.stepping.optimizers  # those stepped through the session
+        self._stepped_last: object = None  # the optimizer the plain step registered last
+        # `backward`, `zero_grad`, `step`: the form for what the run has to decide now (`_pick`)
+        self.backward: Callable[..., Any] = self._backward_any
+        self.zero_grad: Callable[..., Any] = self._zero_grad_any
+        self.step: Callable[..., Any] = self._step_any
+        self.oom_guard.on_split = self._pick
+        self._pick()
         self._exit = contextlib.ExitStack()
 
     def _steps(self) -> int:
@@ -252,6 +260,7 @@ class TrainSession:
         if self.guards.epoch_loss is None:
             self.guards.watch_epoch_loss(self.log)
             self._plain_backward = False
+            self._pick()
 
     # -- batches ---------------------------------------------------------------------------------
 
@@ -265,8 +274,33 @@ class TrainSession:
     # `zero_grad_kw`, `step_kw` for calls with keywords (the rewrite picks the form). A function
     # with `**kwargs` makes a new dict on every call and forwards through the generic call path:
     # about 0.3 us a call, three calls a step (issue 14).
+    #
+    # The positional forms are instance attributes that `_pick` points at a `_plain` function
+    # when the run has nothing to decide for that call (no loss guard, scaler, accumulation or
+    # clipping: fixed for the run; and no out-of-memory micro-batch in progress: the retry calls
+    # `_pick` when its split starts and ends), else at the `_any` one that checks each call.
+    # The plain ones test nothing the run's options fixed: 9-14 Python opcodes less a call.
 
-    def backward(self, loss: Any, *args: Any) -> Any:
+    def _pick(self) -> None:
+        micro = self.oom_guard
+        whole = micro.count == 1 and micro.index == 0
+        plain_backward = whole and self._plain_backward
+        self.backward = self._backward_plain if plain_backward else self._backward_any
+        plain_zero = whole and self.accumulation.every == 1
+        self.zero_grad = self._zero_grad_plain if plain_zero else self._zero_grad_any
+        self.step = self._step_plain if whole and self.stepping.plain else self._step_any
+
+    def _backward_plain(self, loss: Any, *args: Any) -> Any:
+        # `accumulation.pending` is left alone: with one backward() a step it is read nowhere
+        # (see `Accumulation`), and the plain step does not reset it either
+        if isinstance(loss, _Tensor):
+            self._signals.count += 1  # this batch trains, even if a guard drops its update
+            self._last_loss = loss  # read (and synchronised) only by the status writer, 1/s
+            self._backwards += 1
+            return loss.backward(*args) if args else loss.backward()  # type: ignore[no-untyped-call]
+        return self.backward_kw(loss, *args)
+
+    def _backward_any(self, loss: Any, *args: Any) -> Any:
         if self._plain_backward and self.oom_guard.count == 1 and isinstance(loss, _Tensor):
             self._signals.count += 1  # this batch trains, even if a guard drops its update
             self._last_loss = loss  # read (and synchronised) only by the status writer, 1/s
@@ -306,7 +340,10 @@ class TrainSession:
         self._backwards += 1
         return loss.backward(*args, **kwargs)
 
-    def zero_grad(self, target: Any, *args: Any) -> Any:
+    def _zero_grad_plain(self, target: Any, *args: Any) -> Any:
+        return target.zero_grad(*args) if args else target.zero_grad()
+
+    def _zero_grad_any(self, target: Any, *args: Any) -> Any:
         accumulation = self.accumulation  # `_keeps_gradients`, inline: it runs on every step
         if (
             (accumulation.every > 1 and accumulation.pending > 0) or self.oom_guard.index > 0
@@ -335,7 +372,17 @@ class TrainSession:
 
     # -- steps -----------------------------------------------------------------------------------
 
-    def step(self, target: Any, *args: Any) -> Any:
+    def _step_plain(self, target: Any, *args: Any) -> Any:
+        if not args and isinstance(target, _Optimizer):
+            # `Stepping.optimizer_step`'s plain path, inline: one call less per step; the
+            # optimizer registered when it is not the one stepped last (one test a step)
+            if target is not self._stepped_last:
+                self._stepped_last = target
+                self._optimizers[id(target)] = target
+            return target.step()
+        return self.step_kw(target, *args)
+
+    def _step_any(self, target: Any, *args: Any) -> Any:
         if not args and isinstance(target, _Optimizer):
             stepping = self.stepping
             if stepping.plain and self.oom_guard.count == 1:

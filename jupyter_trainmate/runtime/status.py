@@ -34,7 +34,7 @@ def status_dir(runtime_dir: str | None = None) -> Path:
     """`<jupyter runtime dir>/trainmate-runs`: shared by kernels and the server of one user."""
     if runtime_dir is None:
         environ = os.environ
-        runtime_dir = _runtime_dir(*(environ.get(name) for name in _RUNTIME_DIR_ENV))
+        return _status_dir(*(environ.get(name) for name in _RUNTIME_DIR_ENV))
     return Path(runtime_dir) / STATUS_SUBDIR
 
 
@@ -57,10 +57,10 @@ _RUNTIME_DIR_ENV = (
 
 
 @functools.lru_cache(maxsize=8)
-def _runtime_dir(*environment: str | None) -> str:
+def _status_dir(*environment: str | None) -> Path:
     from jupyter_core.paths import jupyter_runtime_dir
 
-    return jupyter_runtime_dir()
+    return Path(jupyter_runtime_dir()) / STATUS_SUBDIR
 
 
 _PROGRESS_FIELDS = tuple(f.name for f in fields(RunProgress))
@@ -91,7 +91,8 @@ class StatusWriter:
             "cell_id": current_cell_id(),
         }
         self.directory = directory or status_dir()
-        self.path = self.directory / f"{me.pid}-{int(self._identity['started'] * 1000)}.json"
+        self._id = f"{me.pid}-{int(self._identity['started'] * 1000)}"
+        self.path = self.directory / f"{self._id}.json"
         self.active = False
 
     def follow(self, progress: Callable[[], RunProgress]) -> None:
@@ -104,8 +105,7 @@ class StatusWriter:
             self.write()
 
     def start(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.write()
+        self.write()  # the folder is made if it is missing
         self.active = True
 
     def write(self) -> None:
@@ -150,7 +150,7 @@ class StatusWriter:
         """The ended record of `finish` from its facts (a sweep's: its trials as its epochs)."""
         ended = {
             **self._identity,
-            "id": self.path.stem,
+            "id": self._id,
             "outcome": outcome,
             "ended": time.time(),
             "wall_s": wall_s,
@@ -163,9 +163,9 @@ class StatusWriter:
             "quiet": quiet,
             **more,
         }
-        folder = ended_dir(self.directory)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(folder / self.path.name, json.dumps(ended))
+        # in `os.path` strings, the folder made if it is missing: once per run (issue 15)
+        folder = os.path.join(os.path.dirname(self.directory), ENDED_SUBDIR)
+        write_text_atomically(os.path.join(folder, f"{self._id}.json"), json.dumps(ended))
 
 
 def ended_dir(directory: Path) -> Path:
