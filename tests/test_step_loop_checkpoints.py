@@ -126,3 +126,58 @@ def test_what_the_step_loop_carries_from_pass_to_pass_is_in_its_checkpoint(
     got = weights(ip)
     assert [k for k in expected if not torch.equal(expected[k], got[k])] == []
     assert torch.equal(ip.user_ns["h"], expected_h)
+
+
+NESTED = """
+def train_epoch():
+    global k
+    for start in range(0, 256, 32):  # the steps, in a function the epoch loop calls
+        k += 1
+        ix = torch.randint(0, 480, (32,)) + shift
+        loss = loss_fn(model(X[ix]), Y[ix])
+        opt.zero_grad()
+        loss.backward()
+        if k == STOP and WHERE == "before the update":
+            raise KeyboardInterrupt
+        opt.step()
+        if k == STOP and WHERE == "after the update":
+            raise KeyboardInterrupt
+"""
+
+EPOCHS_OF_STEPS = """
+for ep in range(3):
+    shift = int(torch.randint(0, 32, ()))  # drawn by the epoch, before its steps
+    train_epoch()
+"""
+
+
+@pytest.mark.parametrize("where", ["before the update", "after the update"])
+def test_a_step_loop_in_the_epochs_of_another_is_checkpointed_by_its_passes(
+    where: str, tmp_path: Path
+) -> None:
+    """Jonghwanshin's transformer tutorial: `for epoch in range(n): train()`, and `train()`
+    steps through the data with `for batch, i in enumerate(range(0, T, bptt)):`. Only the
+    outermost loop over a counter was checkpointed, so a Ctrl-C there wrote none; the inner
+    loop's passes are now the checkpointed steps of the outer one's epochs, and `--resume`
+    skips the epochs done, draws what the interrupted epoch drew before its steps again, and
+    skips its steps done (8 steps an epoch; stopped in the 4th step of the 2nd epoch)."""
+    setup = NESTED + "k = 0\n"
+    expected = weights(run([COMMON, DRAWS, setup, EPOCHS_OF_STEPS], None))
+    ip = fresh_shell()
+    for cell in (COMMON, DRAWS, setup):
+        ip.run_cell(cell).raise_error()
+    ip.user_ns.update(STOP=12, WHERE=where)
+    line = f"--checkpoint {tmp_path} --display off"
+    ip.run_cell(f"%%train {line}\n{EPOCHS_OF_STEPS}")
+    interrupted = last_run()
+    assert interrupted is not None
+    assert interrupted.outcome == "interrupted"
+    done = 4 if where == "after the update" else 3
+    assert any(f"after {done} passes of the training loop" in e for e in interrupted.events)
+    ip.user_ns["STOP"] = -1
+    ip.run_cell(f"%%train {line} --resume\n{EPOCHS_OF_STEPS}").raise_error()
+    resumed = last_run()
+    assert resumed is not None
+    assert resumed.optimizer_steps == 24 - 8 - done
+    got = weights(ip)
+    assert [k for k in expected if not torch.equal(expected[k], got[k])] == []

@@ -428,9 +428,15 @@ class Batches:
                     iterable = itertools.islice(iterable, done, None)
         self._inner_loop_started(epochs=True)
         frame = _CounterLoop(length, self.epochs_seen, self._epochs_calls)
-        if parent is None and self._checkpoints.directory is not None:
-            # `for i in range(max_steps):` drawing its own batches: its passes are checkpointed
-            iterable = self._checkpoints.step_passes(iterable, lambda: not frame.outer)
+        if self._checkpoints.directory is not None and len(self._loops) <= 1:
+            # `for i in range(max_steps):` drawing its own batches, or such a loop in the epochs
+            # of an outer one: its passes are checkpointed
+            iterable = self._checkpoints.step_passes(
+                iterable,
+                lambda: not frame.outer,
+                nested=parent is not None,
+                epoch=lambda: self.epoch_index,
+            )
         self._loops.append(frame)
         timer, signals = self._timer, self.signals
         totals = timer.totals

@@ -73,15 +73,13 @@ class Checkpoints:
         self._epoch_list: list[Any] | None = None  # a list iterated, in its order then
         self._rng_after_fetch: torch.Tensor | None = None
         self._in_body = False  # between a batch's arrival and the request for the next
-        # The step loop's passes (see `step_passes`): done, whether one is in progress and is a
-        # step, and the generators as it began
-        self._passes = 0
-        self._in_pass = False
-        self._pass_rng: dict[str, Any] | None = None
+        # The loops over a counter in progress whose passes are checkpointed (`step_passes`),
+        # outermost first
+        self._pass_loops: list[_Passes] = []
         # Notebook variables the step loop carries from pass to pass (an RNN's hidden state; the
         # rewrite names them: `rewrite.loops.carried_names`), and their values as the pass began
         self.carried: tuple[str, ...] = ()
-        self._pass_carried: dict[str, Any] | None = None
+        self._interrupted_pass: _Passes | None = None  # the step loop an exception left
         self._epoch = 0  # the epoch in progress, 0-based in the epoch loop
         self._done = 0  # batches completed in the epoch in progress
         # The generators as the run began: a checkpoint carries them and `--resume` restores them
@@ -102,11 +100,14 @@ class Checkpoints:
         passes: int | None = None,
         carried: dict[str, Any] | None = None,
         undone: int = 0,
+        loop: _Passes | None = None,
+        epoch_end: bool = False,
     ) -> Path:
         """Hand a checkpoint of the notebook's training objects to the writer (batch boundary).
         `rng`: the generators to record instead of their state now; `torch_rng`: the torch one.
         `passes`: the step loop's passes done (a checkpoint of a loop over a counter); `undone`:
-        steps counted that the checkpoint does not hold (the pass in progress, taken back)."""
+        steps counted that the checkpoint does not hold (the pass in progress, taken back);
+        `loop`: the step loop of a checkpoint of passes; `epoch_end`: its epoch is done."""
         assert self.directory is not None
         steps = self._steps_before + self._steps() - undone
         name = checkpoint_name(steps, epoch, position) if passes is None else f"step-{steps:08d}.pt"
@@ -147,6 +148,11 @@ class Checkpoints:
             "epoch": epoch,
             "position": position,
             "passes": passes,
+            "nested": loop is not None and loop.nested,
+            # mid-epoch in a nested loop: the generators as the outer loop's pass began
+            "outer_pass_rng": loop.outer.rng
+            if loop is not None and loop.outer is not None and not epoch_end
+            else None,
             "carried": (carried if carried is not None else self._carried_now())
             if passes is not None
             else None,
@@ -179,43 +185,69 @@ class Checkpoints:
         self._epoch_rng = None
         self.save(0, epoch + 1 if fetched else epoch)  # the epoch is done: the next starts fresh
 
-    def step_passes(self, iterable: Iterable[Any], steps_only: Callable[[], bool]) -> Iterator[Any]:
-        """The passes of the run's outermost loop over a counter, checkpointed while they are
-        steps (`steps_only()`: no loop inside a pass iterated batches; once one does, the loops
-        inside checkpoint and the passes are epochs). Resuming from a checkpoint of such passes,
-        the ones done are skipped and the generators are as the next one began."""
-        resume, start = self._resume, 0
+    def step_passes(
+        self,
+        iterable: Iterable[Any],
+        steps_only: Callable[[], bool],
+        *,
+        nested: bool = False,
+        epoch: Callable[[], int] = lambda: 0,
+    ) -> Iterator[Any]:
+        """The passes of a loop over a counter, checkpointed while they are steps (`steps_only()`:
+        no loop inside a pass iterated batches; once one does, the loops inside checkpoint and
+        the passes are epochs): the run's outermost such loop, or (`nested`) one inside it whose
+        passes are the steps of the outer one's epochs (`for ep in range(n): train()`, with
+        `train()` looping `for i in range(0, T, bptt):`), its checkpoints in `epoch()`. Resuming
+        from such a checkpoint, the passes done are skipped and the generators are as the next
+        one began; for a nested one, also as the outer loop's pass began (what the epoch draws
+        before its steps is drawn again as it was)."""
+        loop = _Passes(nested, epoch, self._pass_loops[0] if nested and self._pass_loops else None)
+        resume = self._resume
         if resume is not None and resume.get("passes") is not None:
-            self._resume = None
-            start = int(resume["passes"])
-            set_rng_state(resume["rng"])
-            self._restore_carried(resume.get("carried") or {})
-            if start:
-                iterable = (
-                    iterable[start:]
-                    if isinstance(iterable, range)
-                    else itertools.islice(iterable, start, None)
-                )
-                self._report(f"resumed after {start} passes of the training loop")
+            if bool(resume.get("nested")) == nested:
+                self._resume = None
+                loop.passes = int(resume["passes"])
+                set_rng_state(resume["rng"])
+                if not nested:
+                    self._restore_carried(resume.get("carried") or {})
+                if loop.passes:
+                    iterable = (
+                        iterable[loop.passes :]
+                        if isinstance(iterable, range)
+                        else itertools.islice(iterable, loop.passes, None)
+                    )
+                    self._report(f"resumed after {loop.passes} passes of the training loop")
+            elif not nested and resume.get("outer_pass_rng") is not None:
+                set_rng_state(resume["outer_pass_rng"])  # the resumed epoch begins as it began
+        start = loop.passes
         every, steps = self._options.every, self._steps
-        self._passes = start
-        # (`_in_pass` stays set when the pass is left by an exception: `after_error` reads it)
-        for item in iterable:
-            step = steps_only()
-            if step:
-                self._pass_rng = rng_state()
-                if self.carried:
-                    self._pass_carried = self._carried_now()
-                self.updated = False
-                self._in_pass = True
-            yield item
-            self._in_pass = False
-            if step and steps_only():
-                self._passes += 1
-                if every and steps() % every == 0:
-                    self.save(0, 0, passes=self._passes)
-        if steps_only() and self._passes > start:
-            self.save(0, 0, passes=self._passes)
+        self._pass_loops.append(loop)
+        # (`loop.in_pass` stays set when the pass is left by an exception: `after_error` reads it)
+        try:
+            for item in iterable:
+                step = steps_only()
+                loop.rng = rng_state()
+                loop.at_epoch = epoch()
+                if step:
+                    if self.carried and not nested:
+                        loop.carried = self._carried_now()
+                    self.updated = False
+                    loop.in_pass = True
+                yield item
+                loop.in_pass = False
+                if step and steps_only():
+                    loop.passes += 1
+                    if every and steps() % every == 0:
+                        self.save(0, epoch(), passes=loop.passes, loop=loop)
+            if steps_only() and loop.passes > start:
+                if nested:  # the outer pass's steps are done: its next one starts afresh
+                    self.save(0, epoch() + 1, passes=0, loop=loop, epoch_end=True)
+                else:
+                    self.save(0, 0, passes=loop.passes, loop=loop)
+        finally:
+            self._pass_loops.remove(loop)
+            if loop.in_pass:
+                self._interrupted_pass = loop
 
     def _held_epoch_list(self) -> Any:
         held = _held(self._epoch_list) if self._epoch_list is not None else None
@@ -240,14 +272,16 @@ class Checkpoints:
         """On Ctrl-C or an exception: save the last complete step and say how to continue."""
         if self.directory is None:
             return
-        if not self._in_body and self._done == 0 and self._in_pass:  # in a step loop's pass
+        loop = self._interrupted_pass
+        if not self._in_body and self._done == 0 and loop is not None:  # in a step loop's pass
+            epoch = loop.at_epoch
             if self.updated:  # the pass had updated the weights: it counts
-                passes = self._passes + 1
-                path = self.save(0, 0, passes=passes)
+                passes = loop.passes + 1
+                path = self.save(0, epoch, passes=passes, loop=loop)
             else:  # back to the moment it began
-                passes = self._passes
+                passes = loop.passes
                 path = self.save(
-                    0, 0, rng=self._pass_rng, passes=passes, carried=self._pass_carried, undone=1
+                    0, epoch, rng=loop.rng, passes=passes, carried=loop.carried, undone=1, loop=loop
                 )
             self._report(
                 f"{what} after {passes} passes of the training loop: checkpoint {path}; "
@@ -423,6 +457,22 @@ class Checkpoints:
         set_rng_state(resume["rng"])  # then every draw continues where the run stopped
         self._report(f"resumed after {position} batches of the epoch in progress")
         return source, position
+
+
+class _Passes:
+    """A loop over a counter whose passes `Checkpoints.step_passes` checkpoints."""
+
+    __slots__ = ("at_epoch", "carried", "epoch", "in_pass", "nested", "outer", "passes", "rng")
+
+    def __init__(self, nested: bool, epoch: Callable[[], int], outer: _Passes | None) -> None:
+        self.nested = nested
+        self.outer = outer  # the loop whose epochs a nested one's passes are the steps of
+        self.epoch = epoch  # the epoch its checkpoints are in (0 for the outermost loop)
+        self.passes = 0  # passes done that were steps
+        self.in_pass = False  # a pass that is a step is in progress
+        self.rng: dict[str, Any] | None = None  # the generators as the current pass began
+        self.carried: dict[str, Any] | None = None  # the carried variables then
+        self.at_epoch = 0  # `epoch()` then (an interrupted epoch counts as seen once it closes)
 
 
 _CANNOT = object()
