@@ -107,7 +107,7 @@ def equivalence_table(report: str) -> tuple[int, int]:
     """(values compared, values differing) from REFACTOR_REPORT.md's equivalence table."""
     section = report.split("## Equivalence", 1)[-1].split("\n## ", 1)[0] if report else ""
     rows = [r for r in section.splitlines() if r.startswith("| `")]
-    return len(rows), sum(1 for r in rows if r.rstrip().endswith("| no |"))
+    return len(rows), sum(1 for r in rows if r.rstrip().lower().endswith("| no |"))
 
 
 def run_one(notebook: Path, out_root: Path, timeout: float, extra: list[str]) -> Result:
