@@ -58,8 +58,14 @@ def _stock_daily(folder: Path) -> None:
     (folder / "data-02-stock_daily.csv").write_text(text)
 
 
+def _plots_folder(folder: Path) -> None:
+    """benmoseley's PINN saves its frames into `plots/`, a folder of its repository."""
+    (folder / "plots").mkdir()
+
+
 STANDINS: dict[str, Callable[[Path], None]] = {
     "deeplearningzerotoall__PyTorch__RNN__5-timeseries.ipynb": _stock_daily,
+    "benmoseley__harmonic-oscillator-pinn__Harmonic oscillator PINN.ipynb": _plots_folder,
 }
 
 # --- the run -------------------------------------------------------------------------------
