@@ -58,6 +58,26 @@ def _stock_daily(folder: Path) -> None:
     (folder / "data-02-stock_daily.csv").write_text(text)
 
 
+def _mnist(root: str, train: int = 1000, test: int = 500) -> Callable[[Path], None]:
+    """torchvision's MNIST files, uncompressed, in `root/MNIST/raw` (where `MNIST(root)` looks
+    first: it downloads only when they are missing): idx files of random 28x28 images and
+    labels, `train` and `test` of them."""
+
+    def write(folder: Path) -> None:
+        raw = folder / root / "MNIST" / "raw"
+        raw.mkdir(parents=True)
+        rng = np.random.default_rng(0)
+        for prefix, n in (("train", train), ("t10k", test)):
+            images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+            labels = rng.integers(0, 10, n, dtype=np.uint8)
+            header = np.array([2051, n, 28, 28], dtype=">i4").tobytes()
+            (raw / f"{prefix}-images-idx3-ubyte").write_bytes(header + images.tobytes())
+            header = np.array([2049, n], dtype=">i4").tobytes()
+            (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(header + labels.tobytes())
+
+    return write
+
+
 def _plots_folder(folder: Path) -> None:
     """benmoseley's PINN saves its frames into `plots/`, a folder of its repository."""
     (folder / "plots").mkdir()
@@ -66,6 +86,9 @@ def _plots_folder(folder: Path) -> None:
 STANDINS: dict[str, Callable[[Path], None]] = {
     "deeplearningzerotoall__PyTorch__RNN__5-timeseries.ipynb": _stock_daily,
     "benmoseley__harmonic-oscillator-pinn__Harmonic oscillator PINN.ipynb": _plots_folder,
+    "MorvanZhou__PyTorch-Tutorial__tutorial-contents-notebooks__401_CNN.ipynb": _mnist("mnist"),
+    "DeepLearningDTU__02456-deep-learning-with-PyTorch__3_Feedforward_PyTorch__3.4-EXE-FFN-MNIST"
+    ".ipynb": _mnist("temp"),
 }
 
 # --- the run -------------------------------------------------------------------------------
