@@ -88,7 +88,7 @@ STANDINS: dict[str, Callable[[Path], None]] = {
     "benmoseley__harmonic-oscillator-pinn__Harmonic oscillator PINN.ipynb": _plots_folder,
     "MorvanZhou__PyTorch-Tutorial__tutorial-contents-notebooks__401_CNN.ipynb": _mnist("mnist"),
     "DeepLearningDTU__02456-deep-learning-with-PyTorch__3_Feedforward_PyTorch__3.4-EXE-FFN-MNIST"
-    ".ipynb": _mnist("temp"),
+    ".ipynb": _mnist("temp", train=1500),
 }
 
 # --- the run -------------------------------------------------------------------------------
