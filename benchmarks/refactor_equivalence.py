@@ -78,14 +78,8 @@ def _mnist(root: str, train: int = 1000, test: int = 500) -> Callable[[Path], No
     return write
 
 
-def _plots_folder(folder: Path) -> None:
-    """benmoseley's PINN saves its frames into `plots/`, a folder of its repository."""
-    (folder / "plots").mkdir()
-
-
 STANDINS: dict[str, Callable[[Path], None]] = {
     "deeplearningzerotoall__PyTorch__RNN__5-timeseries.ipynb": _stock_daily,
-    "benmoseley__harmonic-oscillator-pinn__Harmonic oscillator PINN.ipynb": _plots_folder,
     "MorvanZhou__PyTorch-Tutorial__tutorial-contents-notebooks__401_CNN.ipynb": _mnist("mnist"),
     "DeepLearningDTU__02456-deep-learning-with-PyTorch__3_Feedforward_PyTorch__3.4-EXE-FFN-MNIST"
     ".ipynb": _mnist("temp", train=1500),
