@@ -11,8 +11,8 @@ bases. It also keeps small input/output fixtures of functions that take and retu
 a last cell keeps only those that draw no random numbers (Python's and torch's generator states
 are unchanged by a second call) and give the same result again: they become characterisation
 tests. The random number generators start seeded (`equivalence.SEED`, string hashing too), as
-the package's run for `--check-equivalence` does. The run happens in a fresh temporary folder with a
-time limit; a cell that fails is reported with what it needed (a file, the network, ...).
+the package's run for `--check-equivalence` does. The run happens in a fresh temporary folder
+holding a copy of the files beside the notebook (`workdir`), with a time limit; a cell that fails is reported with what it needed (a file, the network, ...).
 """
 
 from __future__ import annotations
