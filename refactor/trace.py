@@ -285,7 +285,9 @@ def _failure(
         if left_out:  # beside the notebook, but too large to copy there
             why += f"; not copied there (over {LIMIT >> 20} MiB in all): {', '.join(left_out)}"
     elif name in ("ConnectionError", "URLError", "gaierror", "ConnectError", "HTTPError") or (
-        "Name or service not known" in detail or "Temporary failure in name resolution" in detail
+        "Name or service not known" in detail
+        or "Temporary failure in name resolution" in detail
+        or detail.startswith("Error downloading")  # torchvision's data sets, after each mirror
     ):
         why = f"needs the network ({name}: {detail})"
     else:

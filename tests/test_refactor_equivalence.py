@@ -100,3 +100,19 @@ def test_a_data_set_too_large_to_copy_is_named_when_a_read_fails(
     into.mkdir()
     assert workdir.stage(home / "nb.ipynb", into) == ["data"]
     assert sorted(p.name for p in into.iterdir()) == ["small.csv"]  # no notebook, no .git
+
+
+def test_a_data_set_download_that_fails_is_named_as_needing_the_network(tmp_path: Path) -> None:
+    """torchvision's MNIST(download=True) without a network (the DTU course notebook): it tries
+    each mirror, then raises a RuntimeError that names neither the network nor a file."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    notebook = tmp_path / "downloads.ipynb"
+    failing = "raise RuntimeError('Error downloading train-images-idx3-ubyte.gz:\\nTried x')"
+    cells = [new_code_cell("import os"), new_code_cell(failing)]
+    nbformat.write(new_notebook(cells=cells), notebook)
+    proc = trainmate("refactor", notebook, "-o", tmp_path / "out", "--execute", "--no-docs")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "cell 2 needs the network (RuntimeError: Error downloading" in proc.stderr
