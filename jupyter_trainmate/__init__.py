@@ -146,8 +146,8 @@ Types, tests, docs: annotations are inferred statically through the package's da
 (constructors such as `model = Net()`, `DataLoader(...)`, optimizers, `nn.*` layers, tensors from
 `torch.*` factories, numpy arrays, pandas frames; every call site of a function, joined to the
 nearest common base; returns from what is returned; a small table of torch/numpy/pandas calls)
-and, with `--execute`, from a run of the notebook in a fresh temporary folder (nbclient,
-`--timeout`) that records each function's argument and return types and tensor dtypes, shapes
+and, with `--execute`, from a run of the notebook in a fresh temporary folder that holds a copy of
+the files beside the notebook, its data (nbclient, `--timeout`, random generators seeded) that records each function's argument and return types and tensor dtypes, shapes
 and integer ranges; shapes go into docstrings. mypy then checks the package once: an
 annotation it rejects is removed, and only a function whose own code fails gets
 `@no_type_check`; the report gives the annotated share, mypy's verdict and each

@@ -333,8 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     refactor.add_argument(
         "--execute",
         action="store_true",
-        help="run the notebook (nbclient, a fresh temporary folder) and record the types its "
-        "functions saw: annotations, tensor shapes in docstrings, characterisation tests",
+        help="run the notebook (nbclient, in a fresh temporary folder holding a copy of the files "
+        "beside it, seeded) and record the types its functions saw: annotations, tensor shapes "
+        "in docstrings, characterisation tests",
     )
     refactor.add_argument(
         "--timeout", type=int, default=600, help="seconds a cell may run with --execute (600)"
@@ -342,8 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     refactor.add_argument(
         "--check-equivalence",
         action="store_true",
-        help="with --execute: run the package's training with the notebook's config and compare "
-        "its numbers with the notebook's (exit 2 if they differ)",
+        help="with --execute: run the package's training with the notebook's config (same seeds, "
+        "a fresh folder with the same copy) and compare its numbers with the notebook's (exit 2 "
+        "if they differ)",
     )
     refactor.set_defaults(run=_refactor)
     _add_deploy_commands(commands)

@@ -31,7 +31,9 @@ with libcst's transformers; `positions` gives `analyze` where names and statemen
 the transformers that change a few functions of a big module on those functions alone (the
 same text as libcst's round trip of the whole module, for a fraction of its cost).
 
-With `--execute`, `trace` runs the notebook first and records types and fixtures. This package
+With `--execute`, `trace` runs the notebook first and records types and fixtures, in a fresh
+folder that `workdir` fills with a copy of the files beside the notebook (its data); the
+`equivalence` run of the package gets the same, and both start from `equivalence.SEED`. This package
 imports only `jupyter_trainmate.rewrite` and `jupyter_trainmate.runtime` from the runtime; the
 runtime never imports it.
 

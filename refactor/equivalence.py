@@ -5,7 +5,10 @@ The notebook has run (see `trace`) and left its numbers behind: every variable h
 a one-element tensor or a short list of numbers. The package's `run(Config())` then runs in a
 fresh folder with the notebook's own hyperparameters (and so its own seeds), in a separate
 process, and returns its variables; the numbers both have under the same name are compared
-within a relative tolerance. Bit-identical is the usual outcome on a CPU: the package runs the
+within a relative tolerance. Both processes start from the same state of the random number
+generators (`SEED`, before the notebook's first cell and before `run()`) and the same string
+hashing (`HASH_SEED`): a notebook that never seeds, or that builds a vocabulary from a `set`,
+draws the same numbers in the same order in both, so its numbers can be compared at all. Bit-identical is the usual outcome on a CPU: the package runs the
 notebook's code in the notebook's order, and a `%%train` cell runs on the same runtime.
 """
 
@@ -21,9 +24,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# Run first in the notebook's kernel and before the package's run(): a notebook that seeds
+# itself overrides it, one that does not draws the same numbers in both.
+SEED = """
+def __trainmate_seed__():
+    import random
+    random.seed(0)
+    for module, call in (("numpy", "random.seed"), ("torch", "manual_seed")):
+        try:
+            target = __import__(module)
+        except ImportError:
+            continue
+        for part in call.split("."):
+            target = getattr(target, part)
+        target(0)
+__trainmate_seed__()
+del __trainmate_seed__
+"""
+HASH_SEED = "0"  # PYTHONHASHSEED of both processes: the order of a set of strings
+
 RUNNER = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
+exec(sys.argv[4])  # SEED: before the package's imports, as before the notebook's first cell
 import importlib
 run = importlib.import_module(sys.argv[2] + ".train").run
 Config = importlib.import_module(sys.argv[2] + ".config").Config
@@ -74,19 +97,25 @@ def check(
     notebook: dict[str, Any],
     skip: set[str] | frozenset[str] = frozenset(),
     tolerance: float = 1e-4,
+    source: Path | None = None,
 ) -> Equivalence:
     """Run the package in `folder` and compare its numbers with the notebook's (not `skip`:
-    the hyperparameters, equal by construction)."""
+    the hyperparameters, equal by construction). `source`: the notebook, whose neighbouring
+    files (its data) the run's fresh folder gets a copy of, as the notebook's run did."""
+    from .workdir import stage
+
     out = Equivalence(tolerance=tolerance)
     with tempfile.TemporaryDirectory(prefix="trainmate-equivalence-") as tmp:
-        result = Path(tmp) / "numbers.json"
+        if source is not None:
+            stage(source, Path(tmp))
+        result = Path(tmp) / "__trainmate_numbers__.json"
         proc = subprocess.run(
-            [sys.executable, "-c", RUNNER, str(folder.resolve()), package, str(result)],
+            [sys.executable, "-c", RUNNER, str(folder.resolve()), package, str(result), SEED],
             cwd=tmp,
             capture_output=True,
             text=True,
             check=False,
-            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": HASH_SEED},
         )
         if proc.returncode:
             last = (proc.stderr.strip().splitlines() or ["it failed"])[-1]

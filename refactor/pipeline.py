@@ -142,7 +142,9 @@ def _refactor(
         problem = build_html(folder, pkg) if docs else "not built (--no-docs)"
         equivalence = None
         if check_equivalence and trace is not None:
-            equivalence = check(folder, pkg, trace.results, set(the_plan.constants))
+            equivalence = check(
+                folder, pkg, trace.results, set(the_plan.constants), source=notebook
+            )
         skipped = {b.cell for b in analysis.bad}
         done = replace(made, equivalence=equivalence, gate=gate(folder, nb, skipped))
         checked.append(done)

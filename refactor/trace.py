@@ -10,13 +10,15 @@ the shortest public name of the type (`torch.optim.AdamW`, not `torch.optim.adam
 bases. It also keeps small input/output fixtures of functions that take and return tensors, and
 a last cell keeps only those that draw no random numbers (Python's and torch's generator states
 are unchanged by a second call) and give the same result again: they become characterisation
-tests. The run happens in a fresh temporary folder with a
-time limit; a cell that fails is reported with what it needed (a file, the network, ...).
+tests. The random number generators start seeded (`equivalence.SEED`, string hashing too), as
+the package's run for `--check-equivalence` does. The run happens in a fresh temporary folder
+holding a copy of the files beside the notebook (`workdir`), with a time limit; a cell that fails is reported with what it needed (a file, the network, ...).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -26,6 +28,9 @@ from typing import Any
 import nbformat
 
 from jupyter_trainmate.errors import TrainmateError
+
+from .equivalence import HASH_SEED, SEED
+from .workdir import LIMIT, stage
 
 TRACE_FILE = "__trainmate_trace__.json"
 FIXTURE_FILE = "__trainmate_fixtures__.pt"
@@ -223,8 +228,9 @@ def execute(notebook: Path, skip_cells: set[int], timeout: int) -> Trace:
     positions = [number for number, _ in numbered if number not in skip_cells]
     with tempfile.TemporaryDirectory(prefix="trainmate-execute-") as tmp:
         folder = Path(tmp)
+        left_out = stage(notebook, folder)  # the files beside the notebook: its data
         trace_file, fixture_file = folder / TRACE_FILE, folder / FIXTURE_FILE
-        first = nbformat.v4.new_code_cell(SETUP)  # type: ignore[no-untyped-call]
+        first = nbformat.v4.new_code_cell(SEED + SETUP)  # type: ignore[no-untyped-call]
         last = nbformat.v4.new_code_cell(  # type: ignore[no-untyped-call]
             f"__trainmate_finish__({str(trace_file)!r}, {str(fixture_file)!r})"
         )
@@ -234,7 +240,9 @@ def execute(notebook: Path, skip_cells: set[int], timeout: int) -> Trace:
         )
         started = time.perf_counter()
         try:
-            client.execute(stderr=subprocess.DEVNULL)  # the kernel's own warnings: not ours
+            client.execute(  # the kernel's own warnings: not ours
+                stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONHASHSEED": HASH_SEED}
+            )
         except CellTimeoutError:
             raise TrainmateError(
                 f"{notebook}: --execute: a cell ran longer than {timeout} s (--timeout)"
@@ -242,7 +250,7 @@ def execute(notebook: Path, skip_cells: set[int], timeout: int) -> Trace:
         except DeadKernelError as exc:
             raise TrainmateError(f"{notebook}: --execute: the kernel died ({exc})") from None
         except CellExecutionError as exc:
-            raise TrainmateError(_failure(notebook, nb, positions, exc)) from None
+            raise TrainmateError(_failure(notebook, nb, positions, exc, left_out)) from None
         recorded = json.loads(trace_file.read_text())
         fixtures = torch.load(fixture_file, weights_only=True)
         return Trace(
@@ -255,7 +263,13 @@ def execute(notebook: Path, skip_cells: set[int], timeout: int) -> Trace:
         )
 
 
-def _failure(notebook: Path, nb: nbformat.NotebookNode, positions: list[int], exc: Any) -> str:
+def _failure(
+    notebook: Path,
+    nb: nbformat.NotebookNode,
+    positions: list[int],
+    exc: Any,
+    left_out: list[str] = [],  # noqa: B006 (read only)
+) -> str:
     """Which cell failed and why, in a line: a missing file or no network said plainly."""
     failed = None
     for index, cell in enumerate(nb.cells):
@@ -268,8 +282,12 @@ def _failure(notebook: Path, nb: nbformat.NotebookNode, positions: list[int], ex
     detail = value[0][:160] if value else ""
     if name in ("FileNotFoundError", "IsADirectoryError") or "No such file" in detail:
         why = f"needs a file it cannot find in the fresh working folder ({detail})"
+        if left_out:  # beside the notebook, but too large to copy there
+            why += f"; not copied there (over {LIMIT >> 20} MiB in all): {', '.join(left_out)}"
     elif name in ("ConnectionError", "URLError", "gaierror", "ConnectError", "HTTPError") or (
-        "Name or service not known" in detail or "Temporary failure in name resolution" in detail
+        "Name or service not known" in detail
+        or "Temporary failure in name resolution" in detail
+        or detail.startswith("Error downloading")  # torchvision's data sets, after each mirror
     ):
         why = f"needs the network ({name}: {detail})"
     else:

@@ -31,6 +31,12 @@ All three run on a CPU in a second, without torch: `--execute --check-equivalenc
   omarsar notebook), `--trusted-host HOST` and `!pip3 install subword-nmt &> log` (its
   yandexdataschool seq2seq): the package's dependencies keep the names, not a local-version pin
   no public index has, an option's value or the shell's redirection taken for a requirement.
+- `equiv_unseeded.ipynb`: a model trained without a seed and a vocabulary from a `set` of
+  characters (the second wave's GunhoChoi char RNN): `--check-equivalence` must compare the
+  notebook with the package from the same random and hash state, not report their numbers apart.
+- `equiv_local_data.ipynb` (with `equiv_local_data.csv`): reads its data beside itself and saves
+  `model.pt` there (the second wave's deeplearningzerotoall time series): `--execute` and the
+  package's run find the file, and neither changes the user's folder.
 - `sweep_mlp.ipynb`: a `%%train --sweep 3` cell choosing its learning rate with `suggest()`: the
   refactored package's `sweep` and `train` commands (`test_refactor_sweep.py`).
 """
@@ -760,7 +766,62 @@ def corpus_pip_pins() -> None:
     )
 
 
+def equiv_unseeded() -> None:
+    """No seed anywhere, and `list(set(text))`: both differ from one process to the next."""
+    save(
+        "equiv_unseeded.ipynb",
+        [
+            md("# Data"),
+            code("import torch\nimport torch.nn as nn"),
+            code(
+                "text = 'hello trainmate'\nchars = list(set(text))\n"
+                "stoi = {c: i for i, c in enumerate(chars)}\nencoded = [stoi[c] for c in text]"
+            ),
+            md("## Model"),
+            code(
+                "model = nn.Linear(len(chars), len(chars))\n"
+                "opt = torch.optim.SGD(model.parameters(), lr=0.1)"
+            ),
+            md("## Train"),
+            code(
+                "x = nn.functional.one_hot(torch.tensor(encoded[:-1]), len(chars)).float()\n"
+                "y = torch.tensor(encoded[1:])\nfor step in range(20):\n"
+                "    loss = nn.functional.cross_entropy(model(x), y)\n    opt.zero_grad()\n"
+                "    loss.backward()\n    opt.step()\nfinal_loss = loss.item()"
+            ),
+        ],
+    )
+
+
+def equiv_local_data() -> None:
+    """Data read from a file beside the notebook; a model saved beside it."""
+    rows = [f"{x / 10:.1f},{3 * x / 10 + 1:.1f}" for x in range(20)]
+    (HERE / "equiv_local_data.csv").write_text("\n".join(rows) + "\n")
+    save(
+        "equiv_local_data.ipynb",
+        [
+            md("# Data"),
+            code("import numpy as np\nimport torch"),
+            code(
+                "xy = np.loadtxt('equiv_local_data.csv', delimiter=',')\n"
+                "x = torch.tensor(xy[:, :1], dtype=torch.float32)\n"
+                "y = torch.tensor(xy[:, 1:], dtype=torch.float32)"
+            ),
+            md("## Train"),
+            code(
+                "torch.manual_seed(0)\nmodel = torch.nn.Linear(1, 1)\n"
+                "opt = torch.optim.SGD(model.parameters(), lr=0.05)\nfor step in range(50):\n"
+                "    loss = torch.nn.functional.mse_loss(model(x), y)\n    opt.zero_grad()\n"
+                "    loss.backward()\n    opt.step()\nfinal_loss = loss.item()\n"
+                "torch.save(model.state_dict(), 'model.pt')"
+            ),
+        ],
+    )
+
+
 if __name__ == "__main__":
+    equiv_unseeded()
+    equiv_local_data()
     corpus_pip_pins()
     corpus_cuda_method()
     corpus_property()
