@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -268,7 +269,7 @@ def _failure(
     nb: nbformat.NotebookNode,
     positions: list[int],
     exc: Any,
-    left_out: list[str] = [],  # noqa: B006 (read only)
+    left_out: Sequence[str] = (),
 ) -> str:
     """Which cell failed and why, in a line: a missing file or no network said plainly."""
     failed = None
