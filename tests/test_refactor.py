@@ -16,19 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from .cli_harness import trainmate
+
 NOTEBOOKS = Path(__file__).parent / "notebooks"
 GOOD = ["kitchen_sink", "realistic_training", "nbdev_style", "old_v3"]
 ROOT = Path(__file__).parent.parent
-
-
-def trainmate(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_trainmate", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        check=False,
-    )
 
 
 def refactored(name: str, out: Path) -> Path:

@@ -19,17 +19,10 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from jupyter_trainmate.refactor.gate import check as gate
 from jupyter_trainmate.refactor.read import read
 
+from .cli_harness import trainmate
+
 NOTEBOOKS = Path(__file__).parent / "notebooks"
 DATAFLOW = ["dataflow_versions", "dataflow_globals", "dataflow_names"]
-
-
-def trainmate(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_trainmate", *map(str, args)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")

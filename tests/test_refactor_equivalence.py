@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from .cli_harness import trainmate
 
 NOTEBOOKS = Path(__file__).parent / "notebooks"
 CASES = {
@@ -19,15 +20,6 @@ CASES = {
     "equiv_local_data": ["equiv_local_data.ipynb", "equiv_local_data.csv"],
 }
 USERS_MODEL = b"the user's own model.pt"
-
-
-def trainmate(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_trainmate", *map(str, args)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")
