@@ -293,7 +293,7 @@ class Checkpoints:
             if self.last is None:  # `while` loops, loops over a counter inside others
                 self._report(
                     f"{what}: no checkpoint written (--checkpoint saves inside batch loops, at "
-                    "their end, and in the passes of an outermost `for` loop over a counter; "
+                    "their end, and in the passes of a `for` loop over a counter that steps; "
                     "this run's training loop is none of these), so --resume has nothing to "
                     "continue"
                 )
