@@ -46,13 +46,14 @@ for i in range(30):
 
 
 def interrupted_then_resumed(
-    loop: str, where: str, folder: Path
+    loop: str, where: str, folder: Path, setup: tuple[str, ...] = (COMMON, DRAWS)
 ) -> tuple[InteractiveShell, RunSummary, RunSummary]:
-    """Run `loop` under `%%train --checkpoint FOLDER`, stopped by a KeyboardInterrupt in pass 12
-    (`where`: before or after its update), then again with `--resume` in the same shell."""
+    """Run `loop` under `%%train --checkpoint FOLDER` after the `setup` cells, stopped by a
+    KeyboardInterrupt where STOP is 12 (`where`: before or after its update), then again with
+    `--resume` in the same shell."""
     ip = fresh_shell()
-    ip.run_cell(COMMON).raise_error()
-    ip.run_cell(DRAWS).raise_error()
+    for cell in setup:
+        ip.run_cell(cell).raise_error()
     ip.user_ns.update(STOP=12, WHERE=where)
     line = f"--checkpoint {folder} --display off"
     ip.run_cell(f"%%train {line}\n{loop}")
@@ -163,21 +164,12 @@ def test_a_step_loop_in_the_epochs_of_another_is_checkpointed_by_its_passes(
     skips its steps done (8 steps an epoch; stopped in the 4th step of the 2nd epoch)."""
     setup = NESTED + "k = 0\n"
     expected = weights(run([COMMON, DRAWS, setup, EPOCHS_OF_STEPS], None))
-    ip = fresh_shell()
-    for cell in (COMMON, DRAWS, setup):
-        ip.run_cell(cell).raise_error()
-    ip.user_ns.update(STOP=12, WHERE=where)
-    line = f"--checkpoint {tmp_path} --display off"
-    ip.run_cell(f"%%train {line}\n{EPOCHS_OF_STEPS}")
-    interrupted = last_run()
-    assert interrupted is not None
+    ip, interrupted, resumed = interrupted_then_resumed(
+        EPOCHS_OF_STEPS, where, tmp_path, (COMMON, DRAWS, setup)
+    )
     assert interrupted.outcome == "interrupted"
     done = 4 if where == "after the update" else 3
     assert any(f"after {done} passes of the training loop" in e for e in interrupted.events)
-    ip.user_ns["STOP"] = -1
-    ip.run_cell(f"%%train {line} --resume\n{EPOCHS_OF_STEPS}").raise_error()
-    resumed = last_run()
-    assert resumed is not None
     assert resumed.optimizer_steps == 24 - 8 - done
     got = weights(ip)
     assert [k for k in expected if not torch.equal(expected[k], got[k])] == []

@@ -486,7 +486,7 @@ def _held(value: Any) -> Any:
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, torch.Tensor):
-        return {"tensor": value.detach().to("cpu", copy=True), "device": str(value.device)}
+        return {"tensor": snapshot_state(value), "device": str(value.device)}
     if type(value).__module__ == "numpy" and hasattr(value, "__array__"):
         import numpy as np  # loaded: the value is one of its objects
 
