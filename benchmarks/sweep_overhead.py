@@ -16,6 +16,9 @@ sweep opens the journal anew, replaying every record in it: a cost that grows ov
 `STEPS`: batches per epoch (default 50); with a few (`8 16 1 2`), a trial is nearly all fixed
 cost, so the ratio shows the per-trial and per-sweep costs apart from the per-step ones.
 
+The garbage collector's pauses of each side are printed too (`gc_watch.py`): they are not what
+spreads the pairs (BENCHMARKS.md, 2026-12-01 evening).
+
     python benchmarks/sweep_overhead.py [PAIRS] [TRIALS] [EPOCHS] [STEPS] [--cpu] [--lean] [--kept]
 """
 
@@ -29,6 +32,7 @@ import time
 from pathlib import Path
 
 import torch
+from gc_watch import Collections
 from IPython.core.interactiveshell import InteractiveShell
 
 SETUP = """
@@ -119,16 +123,19 @@ def main(
         + loop.replace("REPORT(", "jupyter_trainmate.log(")
     )
     ratios, hand_s, train_s = [], [], []
+    collecting = Collections()
     # The first two pairs warm up both (imports, the rewrite cache): the cell's rewrite reads the
     # namespace, which the first sweep fills (model, opt, ...), so the second sweep rewrites once
     # more (about 90 ms, a cost per cell and namespace, not per trial).
     for i in range(pairs + 2):
-        start = clock()
-        ip.run_cell(f"hand_sweep('hand-{i}', {trials})").raise_error()
-        hand = (clock() - start) / trials
-        start = clock()
-        ip.run_cell(cell).raise_error()
-        train = (clock() - start) / trials
+        with collecting.side("hand" if i > 1 else None):
+            start = clock()
+            ip.run_cell(f"hand_sweep('hand-{i}', {trials})").raise_error()
+            hand = (clock() - start) / trials
+        with collecting.side("train" if i > 1 else None):
+            start = clock()
+            ip.run_cell(cell).raise_error()
+            train = (clock() - start) / trials
         if i > 1:
             ratios.append(train / hand)
             hand_s.append(hand)
@@ -151,6 +158,7 @@ def main(
         f"({result['overhead_ms_per_trial']:+.0f} ms)",
         file=sys.stderr,
     )
+    print(f"gc pauses over the timed pairs: {collecting.line()}", file=sys.stderr)
     return result
 
 

@@ -222,17 +222,16 @@ def _run_once(
                 run_name=_run_name(result),
                 notify_after=options.notify_after,
             )
-            with contextlib.suppress(OSError):  # no runtime dir (read-only home): no sidebar entry
-                status.start()
-                stack.callback(undos.guarded("status file", status.stop))
-                finals.callback(
-                    undos.guarded(
-                        "status file",
-                        lambda: status.finish(
-                            run.final_summary(), restarted=attempt.restart, quiet=hooks.quiet_end
-                        ),
-                    )
+            status.start_later()  # written from the run's first second on (display thread)
+            stack.callback(undos.guarded("status file", status.stop))
+            finals.callback(
+                undos.guarded(
+                    "status file",
+                    lambda: status.finish(
+                        run.final_summary(), restarted=attempt.restart, quiet=hooks.quiet_end
+                    ),
                 )
+            )
         tensorboard = None
         if use_tensorboard:
             folder = run_folder(runs_folder(notebook), hooks.name or _run_name(result))

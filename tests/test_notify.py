@@ -20,6 +20,7 @@ from jupyter_trainmate.runtime.status import StatusWriter
 from jupyter_trainmate.runtime.summary import RunProgress
 from jupyter_trainmate.server.handlers import MetricsState
 from jupyter_trainmate.server.notify import URL_ENV, Notifier, TrainmateNotify
+from jupyter_trainmate.server.runs import list_ended
 
 
 @dataclass
@@ -252,3 +253,41 @@ async def test_an_end_that_is_not_the_runs_end_is_not_posted(
     await notifier.check([])
     assert not notifier.ended
     assert not notifier._tasks
+
+
+async def test_a_run_never_seen_in_progress_is_posted_once_from_its_ended_record(
+    hook: Hook, tmp_path: Path
+) -> None:
+    """A run shorter than its first second writes no status file: its ended record is how the
+    notifier learns of it. Once, and only for runs that ended after the notifier started."""
+    hook.failures = 0
+    settings = TrainmateNotify(threshold_s=0.0, record_wait_s=0.0, attempts=1)
+    status_dir = tmp_path / "trainmate-runs"
+    notifier = Notifier(settings, status_dir, logging.getLogger("test"))
+    notifier.url = hook.url
+    folder = tmp_path / "trainmate-ended"
+    folder.mkdir()
+
+    def leave(pid: int, ended: float, **more: Any) -> dict[str, Any]:
+        started = ended - 0.4
+        record = {"pid": pid, "started": started, "ended": ended, "outcome": "finished",
+                  "wall_s": 0.4, "metrics": {"acc": 0.5}, "notebook": str(tmp_path / "nb.ipynb"),
+                  "run_name": f"run {pid}", **more}  # fmt: skip
+        (folder / f"{pid}-{int(started * 1000)}.json").write_text(json.dumps(record))
+        return record
+
+    leave(1, notifier.since - 5)  # before the notifier started: the past
+    leave(2, time.time())
+    leave(3, time.time(), quiet=True)  # a sweep's trial
+    seen = leave(4, time.time())  # seen in progress: `check`'s to post, not this one's
+    await notifier.check([seen])
+    await notifier.check([])  # gone: posted from its ended record by `check`
+    notifier.check_ended(list_ended(status_dir))
+    notifier.check_ended(list_ended(status_dir))  # a second look posts nothing again
+    await _until(lambda: len(hook.bodies) == 2, "two deliveries")
+    await asyncio.sleep(0.2)
+    assert sorted(b["title"] for b in hook.bodies) == ["nb.ipynb: finished"] * 2
+    assert sorted(b["message"] for b in hook.bodies) == [
+        "%%train run 2 finished after 0 s; acc=0.5",
+        "%%train run 4 finished after 0 s; acc=0.5",
+    ]

@@ -81,10 +81,10 @@ class LiveDisplay:
         self._stop = threading.Event()
         self._life = _thread.allocate_lock()  # held by the thread while it runs (see `start`)
         # The status file and the TensorBoard reading, once a second counted from the run's
-        # start (`_loop` primes it: the status file's first write was at the start), not at the
-        # first tick: a run that ends within a second writes neither a second time for nothing
-        # (the first tick's CPU: 1.17 -> 0.33 ms, BENCHMARKS.md round 6; the device reading, which
-        # the final drawing shows, stays at the first tick).
+        # start (`_loop` primes it), not at the first tick: a run that ends within a second
+        # writes neither (the first tick's CPU: 1.17 -> 0.33 ms, BENCHMARKS.md round 6; the
+        # device reading, which the final drawing shows, stays at the first tick). A `%%train`
+        # run's status file is first written here, at its first second (`start_later`).
         self.writes = Throttle(SAMPLE_S)
         session.on_log.append(self._on_log)
         session.on_event.append(self.state.event)

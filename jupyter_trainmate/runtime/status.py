@@ -94,6 +94,8 @@ class StatusWriter:
         self._id = f"{me.pid}-{int(self._identity['started'] * 1000)}"
         self.path = self.directory / f"{self._id}.json"
         self.active = False
+        self.written = False  # the file was written (and is there until `stop`)
+        self.missing = False  # its first write failed: no sidebar entry, no ended record
 
     def follow(self, progress: Callable[[], RunProgress]) -> None:
         """Show another run's progress from now on (a sweep's status file follows its trials)."""
@@ -108,31 +110,59 @@ class StatusWriter:
         self.write()  # the folder is made if it is missing
         self.active = True
 
+    def start_later(self) -> None:
+        """Active, with the first write left to the live display's thread at the run's first
+        second (`write`, about once a second): a run shorter than that, which the sidebar
+        (polling every 2 s) would hardly show, writes no status file and removes none: about
+        0.6 ms of every short run's training thread (BENCHMARKS.md). Its ended record is still
+        written at `finish`. If the first write fails with an `OSError` (no runtime dir, a
+        read-only home), the run has no sidebar entry and no ended record, and nothing is
+        reported: as when `start` fails."""
+        self.active = True
+
     def write(self) -> None:
         progress = self._progress()  # flat: its fields directly (`asdict` deep-copies each one)
         status = {**self._identity, **{n: getattr(progress, n) for n in _PROGRESS_FIELDS}}
         status["updated"] = time.time()
-        write_text_atomically(self.path, json.dumps(status))
+        quiet = self.active and not self.written  # the first write of `start_later`
+        try:
+            write_text_atomically(self.path, json.dumps(status))
+        except OSError:
+            if not quiet:
+                raise
+            self.active = False
+            self.missing = True
+            return
+        self.written = True
 
     def stop(self) -> None:
         self.active = False
+        if not self.written:  # a short run's (`start_later`), or its first write failed
+            return
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
     def finish(self, summary: RunSummary, *, restarted: bool = False, quiet: bool = False) -> None:
         """Write the ended run's record (`trainmate-ended/<same name>`) for the lab's toast.
         `restarted`: an attempt that `--retries` restarts; `quiet`: a trial of a sweep whose
-        end is announced once (no toast or webhook for either)."""
-        self.ended(
-            outcome=summary.outcome,
-            wall_s=summary.wall_s,
-            metrics=summary.metrics,
-            steps=summary.steps,
-            epochs=summary.epochs,
-            samples_per_s=summary.samples_per_s,
-            restarted=restarted,
-            quiet=quiet,
-        )
+        end is announced once (no toast or webhook for either). None after a first write that
+        failed (`start_later`)."""
+        if self.missing:
+            return
+        try:
+            self.ended(
+                outcome=summary.outcome,
+                wall_s=summary.wall_s,
+                metrics=summary.metrics,
+                steps=summary.steps,
+                epochs=summary.epochs,
+                samples_per_s=summary.samples_per_s,
+                restarted=restarted,
+                quiet=quiet,
+            )
+        except OSError:
+            if self.written:  # the folder worked during the run: a failure worth a report
+                raise
 
     def ended(
         self,

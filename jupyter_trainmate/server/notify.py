@@ -7,7 +7,9 @@ periodic callback on the server's event loop remembers the runs it saw in progre
 gone has ended. Its outcome, duration and final metrics come from the file the kernel leaves in
 `trainmate-ended/` (beside the status files) when it writes one, else from the run record it
 appends just after removing the status file (`runs/runs.jsonl` beside the notebook), waited for
-a few seconds; without either (the kernel died) the message says so. The body suits both Slack
+a few seconds; without either (the kernel died) the message says so. A run never seen in
+progress (shorter than the interval, or than its first second: a `%%train` run writes its
+status file from then on) is found by its ended record alone. The body suits both Slack
 incoming webhooks (`text`) and ntfy's JSON publishing (`topic`, `title`, `message`, `tags`,
 `priority`; give ntfy's root URL and `TRAINMATE_NOTIFY_TOPIC`). Delivery runs on the event loop
 with tornado's `AsyncHTTPClient`: it never blocks the server or a kernel, and is retried with
@@ -17,6 +19,7 @@ exponential backoff (`attempts`, `backoff_s`), each failure logged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -33,7 +36,7 @@ from traitlets.config import Configurable
 
 from ..runtime.records import read_records
 from ..runtime.status import ENDED_SUBDIR
-from .runs import list_runs
+from .runs import ENDED_KEEP_S, list_ended, list_runs
 
 URL_ENV = "TRAINMATE_NOTIFY_URL"
 TOPIC_ENV = "TRAINMATE_NOTIFY_TOPIC"
@@ -89,14 +92,23 @@ def find_record(status: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _run_id(status: dict[str, Any]) -> str:
+    """A run's name in `trainmate-ended/` (without `.json`), from its status or ended record."""
+    return f"{int(status['pid'])}-{int(float(status['started']) * 1000)}"
+
+
 def _ended_file(status: dict[str, Any], status_dir: Path) -> dict[str, Any] | None:
     """The ended run's own file, shaped like a run record (outcome, summary.wall_s, metrics)."""
     try:
-        name = f"{int(status['pid'])}-{int(float(status['started']) * 1000)}.json"
-        ended = json.loads((status_dir.parent / ENDED_SUBDIR / name).read_text())
-        outcome = str(ended["outcome"])
+        path = status_dir.parent / ENDED_SUBDIR / f"{_run_id(status)}.json"
+        return _shaped(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _shaped(ended: dict[str, Any]) -> dict[str, Any]:
+    """An ended record shaped like a run record (raises KeyError without an outcome)."""
+    outcome = str(ended["outcome"])
     metrics = ended.get("metrics")
     return {
         "outcome": outcome,
@@ -157,7 +169,13 @@ def message(
 
 
 class Notifier:
-    """Watches the status files; posts once per ended run that ran long enough."""
+    """Watches the status files and the ended records; posts once per ended run that ran long
+    enough.
+
+    A run seen in progress (its status file) that is gone has ended: its ended record, else its
+    run record, says how. A run never seen in progress, because it was shorter than the interval
+    or than its first second (a `%%train` run writes its status file from its first second on),
+    is found by its ended record alone, once, if it ended after the notifier started."""
 
     def __init__(self, settings: TrainmateNotify, status_dir: Path, log: logging.Logger) -> None:
         self.settings = settings
@@ -167,6 +185,8 @@ class Notifier:
         self.log = log
         self.running: dict[str, dict[str, Any]] = {}
         self.ended: dict[str, _Ended] = {}
+        self.handled: dict[str, float] = {}  # run id -> when it ended: posted or passed over
+        self.since = time.time()  # ended records before this are the past
         self.delivered = 0  # messages a webhook accepted (tests, logs)
         self._busy = False
         self._tasks: set[asyncio.Task[bool]] = set()
@@ -190,6 +210,8 @@ class Notifier:
         try:
             runs = await asyncio.to_thread(list_runs, self.status_dir)
             await self.check(runs)
+            ended = await asyncio.to_thread(list_ended, self.status_dir)
+            self.check_ended(ended)
         except Exception:
             self.log.exception("jupyter_trainmate: reading run status failed")
         finally:
@@ -207,12 +229,42 @@ class Notifier:
             if record is None and waited < self.settings.record_wait_s:
                 continue  # the kernel writes the record just after removing the status file
             del self.ended[key]
-            if record is not None and (record.get("restarted") or record.get("quiet")):
-                continue  # an attempt that --retries restarted, a sweep's trial: it goes on
-            if self._long_enough(ended.status, record):
-                task = asyncio.create_task(self.post(message(ended.status, record, self.topic)))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+            with contextlib.suppress(KeyError, ValueError, TypeError):
+                self.handled[_run_id(ended.status)] = time.time()
+            self._conclude(ended.status, record)
+
+    def check_ended(self, records: list[dict[str, Any]]) -> None:
+        """The ended records: post for the runs that ended since the notifier started and were
+        not seen in progress (those are `check`'s)."""
+        waiting = set()
+        for e in self.ended.values():
+            with contextlib.suppress(KeyError, ValueError, TypeError):
+                waiting.add(_run_id(e.status))
+        running = set()
+        for r in self.running.values():
+            with contextlib.suppress(KeyError, ValueError, TypeError):
+                running.add(_run_id(r))
+        for ended in records:
+            try:
+                run_id, at = _run_id(ended), float(ended["ended"])
+                shaped = _shaped(ended)
+            except (KeyError, ValueError, TypeError):
+                continue
+            if at < self.since or run_id in self.handled or run_id in waiting | running:
+                continue
+            self.handled[run_id] = at
+            self._conclude(ended, shaped)
+        for run_id, at in list(self.handled.items()):  # the records are kept ENDED_KEEP_S
+            if time.time() - at > 2 * ENDED_KEEP_S:
+                del self.handled[run_id]
+
+    def _conclude(self, status: dict[str, Any], record: dict[str, Any] | None) -> None:
+        if record is not None and (record.get("restarted") or record.get("quiet")):
+            return  # an attempt that --retries restarted, a sweep's trial: it goes on
+        if self._long_enough(status, record):
+            task = asyncio.create_task(self.post(message(status, record, self.topic)))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def _long_enough(self, status: dict[str, Any], record: dict[str, Any] | None) -> bool:
         summary = (record or {}).get("summary") or {}
