@@ -23,6 +23,7 @@ from .runtime.checkpoint import checkpoints
 from .runtime.checkpoint import load as load_checkpoint
 from .runtime.guards import StopRun
 from .runtime.notebook import notebook_path, runs_folder
+from .runtime.observe import observe_backwards
 from .runtime.oom import wants_retry
 from .runtime.options import HelpShown, TrainOptions, parse_options
 from .runtime.records import (
@@ -211,6 +212,8 @@ def _run_once(
                     f"resumed from {found[-1].name}"
                 )
         _install(session, namespace, result, stack, undos)
+        if facts.backward_calls == 0:  # any backward() runs out of the rewrite's reach
+            stack.callback(undos.guarded("restore", observe_backwards(session.observed_backward)))
         session.start()
         status = hooks.status
         if status is not None:  # the caller's (a sweep's): it shows this run; the caller ends it

@@ -309,6 +309,16 @@ class TrainSession:
             return loss.backward(*args) if args else loss.backward()  # type: ignore[no-untyped-call]
         return self.backward_kw(loss, *args)
 
+    def observed_backward(self, loss: _Tensor) -> None:
+        """A backward() the rewrite did not route (`runtime.observe`): counted, its loss kept
+        and added to the epoch's mean (`--monitor loss`) as a routed one's; nothing else."""
+        self._signals.count += 1
+        self._last_loss = loss
+        self._backwards += 1
+        epoch_loss = self.guards.epoch_loss
+        if epoch_loss is not None:
+            epoch_loss.add(loss)
+
     def backward_kw(self, loss: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(loss, _Tensor):  # torch.autograd.backward(...) and the like
             return loss.backward(*args, **kwargs)

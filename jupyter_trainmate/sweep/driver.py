@@ -418,8 +418,8 @@ def _tell(study: optuna.Study, trial: optuna.Trial, running: _Trial) -> None:
         reason = f"never logged {running.monitor}"
         if running.monitor == "loss":
             reason = (
-                "no training loss seen: backward() ran where %%train does not rewrite (in a "
-                "function defined outside the cell?); log a metric with jupyter_trainmate.log()"
+                "no training loss seen (no loss.backward() ran in the trial: "
+                "torch.autograd.backward()?); log a metric with jupyter_trainmate.log()"
             )
         trial.set_user_attr(store.REASON, reason)
         study.tell(trial, state=TrialState.FAIL)

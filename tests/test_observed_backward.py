@@ -1,0 +1,139 @@
+"""backward() out of the rewrite's reach (`runtime.observe`): in a step closure made before the
+cell (dvgodoy/PyTorchStepByStep's `make_train_step_fn`) or in a function of an imported module
+(`engine.train_one_epoch`), its loss is now seen: the display's curve, the run record's, and a
+sweep monitoring the loss. Trained for real on the CPU, bit-identical to the plain cell; a run
+whose backward() calls are routed does not wrap `Tensor.backward`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from jupyter_trainmate import last_run, last_sweep
+
+from .test_loop_shapes_step_closures import FACTORY
+from .train_harness import COMMON, assert_parity, fresh_shell
+
+CLOSURE_LOOP = """
+losses = []
+for epoch in range(3):
+    losses.append(mini_batch(device, loader, train_step_fn))
+"""
+
+ENGINE = '''
+def train_one_epoch(model, loader, loss_fn, optimizer):
+    """A training function of a module beside the notebook: no rewrite reaches it."""
+    total = 0.0
+    for xb, yb in loader:
+        optimizer.zero_grad()
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    return total / len(loader)
+'''
+
+IMPORTED_LOOP = """
+for epoch in range(2):
+    engine.train_one_epoch(model, loader, loss_fn, opt)
+"""
+
+
+def _record() -> dict[str, object]:
+    lines = Path("runs/runs.jsonl").read_text().splitlines()
+    record: dict[str, object] = json.loads(lines[-1])
+    return record
+
+
+def test_a_step_closures_loss_is_seen_and_the_weights_are_the_plain_runs() -> None:
+    summary, _ = assert_parity([COMMON, FACTORY, CLOSURE_LOOP], "--display off")
+    assert (summary.steps, summary.epochs) == (24, 3)
+    curve = _record()["curves"]["loss"]  # type: ignore[index]
+    assert len(curve) >= 3  # a point at each epoch's end at least
+    assert all(0 < value < 2 for _, value in curve)
+    assert torch.Tensor.backward.__module__ == "torch._tensor"  # put back
+
+
+def test_a_loss_in_an_imported_modules_function_is_seen() -> None:
+    Path("engine.py").write_text(ENGINE)
+    setup = "import sys; sys.path.insert(0, '.'); import engine"
+    summary, _ = assert_parity([COMMON, setup, IMPORTED_LOOP], "--display off")
+    assert summary.optimizer_steps == 16  # the optimizer hook counts its steps, as before
+    # The epochs are not counted (the rewrite does not know that the imported function trains):
+    # the curve has the run's last loss, where it had none.
+    [(step, value)] = _record()["curves"]["loss"]  # type: ignore[index]
+    assert step == 16
+    assert 0 < value < 2
+    assert torch.Tensor.backward.__module__ == "torch._tensor"
+
+
+def test_a_sweep_monitoring_the_loss_of_a_step_closure_completes_its_trials() -> None:
+    """Before, each trial failed: "no training loss seen"."""
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(FACTORY).raise_error()
+    cell = """
+import jupyter_trainmate
+lr = jupyter_trainmate.suggest("lr", 1e-3, 0.3, log=True)
+for g in opt.param_groups:
+    g["lr"] = lr
+for epoch in range(2):
+    mini_batch(device, loader, train_step_fn)
+"""
+    ip.run_cell(
+        "%%train --sweep 3 --monitor loss --mode min --sampler random --seed 0 --prune none "
+        "--display off "
+        f"--tensorboard off\n{cell}"
+    ).raise_error()
+    sweep = last_sweep()
+    assert sweep is not None
+    assert [t.state for t in sweep.trials] == ["complete"] * 3
+    assert all(t.value is not None and 0 < t.value < 2 for t in sweep.trials)
+
+
+def test_a_run_whose_backward_is_routed_leaves_tensor_backward_alone() -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON + "\nORIGINAL = torch.Tensor.backward\nseen = []").raise_error()
+    ip.run_cell("""%%train --display off
+for xb, yb in loader:
+    opt.zero_grad()
+    loss_fn(model(xb), yb).backward()
+    opt.step()
+    seen.append(torch.Tensor.backward is ORIGINAL)
+""").raise_error()
+    assert ip.user_ns["seen"] == [True] * 8
+
+
+def test_tensor_backward_is_put_back_after_a_failing_run() -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(FACTORY).raise_error()
+    result = ip.run_cell(f"%%train --display off\n{CLOSURE_LOOP}\n    raise ValueError('bad')")
+    assert isinstance(result.error_in_exec, ValueError)
+    assert torch.Tensor.backward.__module__ == "torch._tensor"
+    summary = last_run()
+    assert summary is not None
+    assert summary.outcome == "failed"
+
+
+def test_backward_on_another_thread_is_not_counted() -> None:
+    import threading
+
+    from jupyter_trainmate.runtime.observe import observe_backwards
+
+    seen: list[torch.Tensor] = []
+    undo = observe_backwards(seen.append)
+    try:
+        w = torch.ones(2, requires_grad=True)
+        (w * 2).sum().backward()
+        other = threading.Thread(target=lambda: (w * 3).sum().backward())
+        other.start()
+        other.join()
+    finally:
+        undo()
+    assert len(seen) == 1
+    assert torch.Tensor.backward.__module__ == "torch._tensor"
+    (w * 4).sum().backward()  # undone: nothing is reported any more
+    assert len(seen) == 1
