@@ -4,7 +4,9 @@ is the notebook's shape, tiny, trained for real on the CPU, bit-identical to the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -146,9 +148,17 @@ def test_resume_after_a_ctrl_c_between_backward_and_step(stop: int, tmp_path: Pa
     assert [k for k in expected if not torch.equal(expected[k], got[k])] == []
 
 
-def interrupt_then_resume(cells: list[str], loop: str, folder: Path) -> InteractiveShell:
+def interrupt_then_resume(
+    cells: list[str],
+    loop: str,
+    folder: Path,
+    between: Callable[[dict[str, Any]], object] = lambda namespace: None,
+    *,
+    resume: bool = True,
+) -> InteractiveShell:
     """Run `loop` under `%%train --checkpoint FOLDER` with STOP = 6 (the cell raises
-    KeyboardInterrupt there), then again with STOP = -1 and `--resume`; the shell after."""
+    KeyboardInterrupt there), call `between` with the namespace, then run it again with
+    STOP = -1 and `--resume` (unless `resume` is false); the shell after."""
     ip = fresh_shell()
     for source in cells:
         ip.run_cell(source).raise_error()
@@ -158,8 +168,10 @@ def interrupt_then_resume(cells: list[str], loop: str, folder: Path) -> Interact
     interrupted = last_run()
     assert interrupted is not None
     assert interrupted.outcome == "interrupted"
-    ip.user_ns["STOP"] = -1
-    ip.run_cell(f"%%train {line} --resume\n{loop}").raise_error()
+    between(ip.user_ns)
+    if resume:
+        ip.user_ns["STOP"] = -1
+        ip.run_cell(f"%%train {line} --resume\n{loop}").raise_error()
     return ip
 
 

@@ -13,6 +13,7 @@ began (or after it, when its update was made); `--resume` skips the passes done.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from pathlib import Path
@@ -88,6 +89,8 @@ class Checkpoints:
         self._start_rng = rng_state() if self.directory is not None else None
         # ids of the optimizers a resume loaded states into (None: not resuming)
         self.loaded_optimizers: set[int] | None = None
+        self._loaded_schedulers: set[int] = set()  # ids of the schedulers it loaded
+        self._states: dict[str, Any] | None = None  # its schedulers and optimizers (`made_anew`)
 
     # -- out -------------------------------------------------------------------------------------
 
@@ -206,6 +209,7 @@ class Checkpoints:
         if resume is not None and resume.get("passes") is not None:
             if bool(resume.get("nested")) == nested:
                 self._resume = None
+                self.made_anew()
                 loop.passes = int(resume["passes"])
                 set_rng_state(resume["rng"])
                 if not nested:
@@ -336,17 +340,19 @@ class Checkpoints:
         for kind in ("models", "optimizers", "schedulers"):
             for name, state in payload[kind].items():
                 target = objects[kind].get(name)
+                if target is None and kind == "schedulers":
+                    continue  # made by the cell itself: loaded at the first step (`made_anew`)
                 if target is None:
                     raise TrainmateError(
                         f"--resume: the checkpoint has {kind[:-1]} {name!r}, the notebook has none"
                     )
-                try:
-                    target.load_state_dict(state)
-                except (RuntimeError, ValueError, KeyError) as exc:
-                    first = str(exc).strip().splitlines()[0][:160]
-                    raise TrainmateError(
-                        f"--resume: {name} does not match the checkpoint: {first}"
-                    ) from None
+                _load_state(name, target, state)
+        self._loaded_schedulers = {
+            id(objects["schedulers"][name])
+            for name in payload["schedulers"]
+            if name in objects["schedulers"]
+        }
+        self._states = {"schedulers": payload["schedulers"], "optimizers": payload["optimizers"]}
         if payload.get("scaler") is not None and self._scaler is not None:
             self._scaler.load_state_dict(payload["scaler"])
         if not payload.get("grads"):
@@ -381,6 +387,46 @@ class Checkpoints:
         self._counter_epochs = bool(payload.get("counter_epochs"))
         self._resume = dict(payload)
         self._apply_settings(objects["optimizers"])
+
+    def made_anew(self) -> list[str]:
+        """Where the resumed run picks up (its epoch's batch loop, the pass loop's start) or,
+        failing that, at its first optimizer step, once: the schedulers the cell made itself
+        (`scheduler = ReduceLROnPlateau(opt)` in the training cell), after the checkpoint went
+        into the old ones or found none, get the checkpoint's state; and the settings of their
+        optimizers, which a new scheduler resets (the learning rate at its start), are put back
+        as the checkpoint has them (nothing has stepped since they were loaded), `--set` on top.
+        Returns their names (a scheduler of the checkpoint the notebook still lacks: an error)."""
+        payload, self._states = self._states, None  # once
+        if payload is None or not payload["schedulers"]:
+            return []
+        objects = trainable_objects(self._namespace)
+        made = []
+        for name, state in payload["schedulers"].items():
+            scheduler = objects["schedulers"].get(name)
+            if scheduler is None:
+                raise TrainmateError(
+                    f"--resume: the checkpoint has scheduler {name!r}, the notebook has none"
+                )
+            if id(scheduler) in self._loaded_schedulers:
+                continue
+            _load_state(name, scheduler, state)
+            self._loaded_schedulers.add(id(scheduler))
+            made.append(name)
+            optimizer = getattr(scheduler, "optimizer", None)
+            groups = getattr(optimizer, "param_groups", ())
+            for opt_name, opt_state in payload["optimizers"].items():
+                if optimizer is not None and objects["optimizers"].get(opt_name) is optimizer:
+                    for group, saved in zip(groups, opt_state["param_groups"], strict=False):
+                        group.update(
+                            {k: copy.deepcopy(v) for k, v in saved.items() if k != "params"}
+                        )
+        if made:
+            self._apply_settings(objects["optimizers"])
+            self._report(
+                f"--resume: {', '.join(made)} made by the cell: the checkpoint's state loaded "
+                "into it"
+            )
+        return made
 
     def _apply_settings(self, optimizers: dict[str, torch.optim.Optimizer]) -> None:
         """`--set lr=3e-4`: write the values into every param group that has that setting."""
@@ -429,6 +475,7 @@ class Checkpoints:
         resume = self._resume
         assert resume is not None
         self._resume = None
+        self.made_anew()
         position = int(resume["position"])
         if position == 0:
             set_rng_state(resume["rng"])
@@ -520,3 +567,11 @@ def ranks() -> int:
     import torch.distributed as dist
 
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _load_state(name: str, target: Any, state: Any) -> None:
+    try:
+        target.load_state_dict(state)
+    except (RuntimeError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0][:160]
+        raise TrainmateError(f"--resume: {name} does not match the checkpoint: {first}") from None

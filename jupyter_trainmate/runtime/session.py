@@ -200,6 +200,7 @@ class TrainSession:
 
         def first_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
             handle.remove()
+            self.checkpoints.made_anew()  # if the run did not pick up in a loop of its own
             if id(optimizer) not in loaded:
                 # `opt = Adam(net.parameters())` (and often `net = Net()`) in the cell or in a
                 # function it calls: the states went into the old objects, and the run would go
