@@ -137,3 +137,19 @@ def test_backward_on_another_thread_is_not_counted() -> None:
     assert torch.Tensor.backward.__module__ == "torch._tensor"
     (w * 4).sum().backward()  # undone: nothing is reported any more
     assert len(seen) == 1
+
+
+def test_the_options_that_cannot_apply_to_an_observed_backward_are_said_once() -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(FACTORY).raise_error()
+    ip.run_cell(f"%%train --display off --on-nan stop\n{CLOSURE_LOOP}").raise_error()
+    summary = last_run()
+    assert summary is not None
+    said = [e for e in summary.events if "does not rewrite" in e]
+    assert len(said) == 1
+    assert "--on-nan stop cannot apply to it" in said[0]
+    ip.run_cell(f"%%train --display off\n{CLOSURE_LOOP}").raise_error()
+    summary = last_run()
+    assert summary is not None
+    assert summary.events == ()  # nothing asked that cannot apply

@@ -312,7 +312,24 @@ class TrainSession:
 
     def observed_backward(self, loss: _Tensor) -> None:
         """A backward() the rewrite did not route (`runtime.observe`): counted, its loss kept
-        and added to the epoch's mean (`--monitor loss`) as a routed one's; nothing else."""
+        and added to the epoch's mean (`--monitor loss`) as a routed one's; nothing else. The
+        first one says which of the run's options cannot apply to it."""
+        if not self._backwards:
+            options = self.options
+            unapplied = [
+                flag
+                for flag, asked in (
+                    (f"--on-nan {options.on_nan}", options.on_nan != "off"),
+                    (f"--accumulate {options.accumulate}", options.accumulate > 1),
+                )
+                if asked
+            ]
+            if unapplied:
+                self.event(
+                    "backward() runs where %%train does not rewrite it (in a step closure made "
+                    f"before the cell, or an imported function): {' and '.join(unapplied)} "
+                    "cannot apply to it"
+                )
         self._signals.count += 1
         self._last_loss = loss
         self._backwards += 1
