@@ -6,6 +6,7 @@ Kept apart from `magic.py` (argument parsing only) so the same path serves tests
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import functools
@@ -185,6 +186,8 @@ def _run_once(
         reads_gradients=_gradient_reader(facts),
     )
     session.checkpoints.carried = result.carried
+    if options.resume:
+        session.checkpoints.made_by_cell = _cell_assigns(source)
     hooks = hooks or RunHooks()
     if hooks.on_created is not None:
         hooks.on_created(session)
@@ -429,6 +432,34 @@ def _option_defaults() -> tuple[tuple[str, Any], ...]:
     """(name, default) of every option, read once (a `TrainOptions()` checks every field)."""
     default = TrainOptions()
     return tuple((f.name, getattr(default, f.name)) for f in dataclasses.fields(default))
+
+
+def _cell_assigns(source: str) -> frozenset[str]:
+    """The names the cell's own statements assign, outside its loops and functions (`model =
+    Net()`, `model, opt = build()`, inside a top-level `if`, `with` or `try` too): the objects a
+    resumed run may find made anew (`Checkpoints.made_anew`). A loop's target (`for net in
+    nets:`) is none of them: it names an object made elsewhere."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return frozenset()
+    names: set[str] = set()
+    blocks: list[list[ast.stmt]] = [tree.body]
+    while blocks:
+        for statement in blocks.pop():
+            if isinstance(statement, ast.Assign):
+                targets = statement.targets
+            elif isinstance(statement, ast.AnnAssign):
+                targets = [statement.target]
+            else:
+                if isinstance(statement, ast.If | ast.With | ast.Try):
+                    blocks += [statement.body, getattr(statement, "orelse", [])]
+                if isinstance(statement, ast.Try):
+                    blocks += [statement.finalbody, *(h.body for h in statement.handlers)]
+                continue
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return frozenset(names)
 
 
 def _write_run_record(

@@ -224,15 +224,34 @@ for epoch in range(2):
 """
 
 
-def test_resume_refuses_a_cell_that_makes_its_optimizer_anew(tmp_path: Path) -> None:
-    """huggingface/diffusion-models-class unit 1 (and dair-ai's bow, captum's house prices):
-    the model and optimizer are made in the training cell (or in the function it calls). The
-    checkpoint went into the old ones, the cell made fresh ones, and `--resume` trained those
-    from the resumed position as if nothing were wrong. It stops at the first step, in one
-    line, and writes no checkpoint over the good one."""
-    with pytest.raises(UsageError, match="--resume: the cell steps an optimizer the checkpoint"):
-        interrupt_then_resume([COMMON, "k = 0\nSTOP = -1\n"], MODEL_IN_THE_CELL, tmp_path)
-    assert len(checkpoints(tmp_path)) == 1  # the interrupted run's, not overwritten
+def test_resume_loads_a_model_and_optimizer_the_cell_makes_anew(tmp_path: Path) -> None:
+    """huggingface/diffusion-models-class unit 1 (and dair-ai's bow): the model and optimizer
+    are made in the training cell. The checkpoint went into the old ones, the cell made fresh
+    ones, and `--resume` trained those from the resumed position as if nothing were wrong; then
+    it was refused in one line at the first step. The checkpoint's states now go into the new
+    ones where the run picks up: bit-identical to the uninterrupted plain run."""
+    setup = [COMMON, "k = 0\nSTOP = -1\n"]
+    expected = weights(run([*setup, MODEL_IN_THE_CELL], None))
+    ip = interrupt_then_resume(setup, MODEL_IN_THE_CELL, tmp_path)
+    got = weights(ip)
+    assert [name for name in expected if not torch.equal(expected[name], got[name])] == []
+    summary = last_run()
+    assert summary is not None
+    assert any("net, opt_net made by the cell" in e for e in summary.events), summary.events
+
+
+def test_resume_after_a_restart_finds_the_model_the_training_cell_makes(tmp_path: Path) -> None:
+    """After a kernel restart only the earlier cells ran again: `net` and `opt_net` are not
+    there until the training cell makes them."""
+    setup = [COMMON, "k = 0\nSTOP = -1\n"]
+    expected = weights(run([*setup, MODEL_IN_THE_CELL], None))
+
+    def restart(namespace: dict[str, Any]) -> None:
+        del namespace["net"], namespace["opt_net"]
+
+    ip = interrupt_then_resume(setup, MODEL_IN_THE_CELL, tmp_path, restart)
+    got = weights(ip)
+    assert [name for name in expected if not torch.equal(expected[name], got[name])] == []
 
 
 OPTIMIZER_IN_THE_FUNCTION = """
@@ -260,6 +279,7 @@ def test_resume_refuses_an_optimizer_made_inside_the_function_the_cell_calls(
         interrupt_then_resume(
             [COMMON, "k = 0\nSTOP = -1\n", OPTIMIZER_IN_THE_FUNCTION], "fit(model)\n", tmp_path
         )
+    assert len(checkpoints(tmp_path)) == 1  # the interrupted run's, not overwritten
 
 
 def test_a_sweep_trial_that_steps_no_optimizer_says_so(

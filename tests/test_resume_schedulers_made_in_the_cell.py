@@ -79,3 +79,28 @@ def test_a_scheduler_of_the_checkpoint_that_never_comes_is_an_error(tmp_path: Pa
     assert "the checkpoint has scheduler 'sched', the notebook has none" in str(
         result.error_in_exec
     )
+
+
+def test_the_names_a_cell_makes_are_its_own_assignments_not_its_loop_targets() -> None:
+    from jupyter_trainmate.runner import _cell_assigns
+
+    source = """
+model, opt = build()
+sched: object = make(opt)
+best_model = None
+for net in nets:
+    inner = net
+with context():
+    if flag:
+        ema = copy(model)
+try:
+    swa = wrap(model)
+except ValueError:
+    fallback = model
+def helper():
+    local = 1
+"""
+    assert _cell_assigns(source) == {
+        "model", "opt", "sched", "best_model", "ema", "swa", "fallback"
+    }  # fmt: skip
+    assert _cell_assigns("%%bash\necho") == frozenset()

@@ -36,6 +36,8 @@ from .checkpoint import (
 from .options import TrainOptions
 from .tune import Candidate, loader_like, tunable
 
+KINDS = ("models", "optimizers", "schedulers")  # loaded in this order (a scheduler's optimizer)
+
 
 class Checkpoints:
     """The checkpoint state of one run (`directory` None: the run writes none)."""
@@ -89,8 +91,9 @@ class Checkpoints:
         self._start_rng = rng_state() if self.directory is not None else None
         # ids of the optimizers a resume loaded states into (None: not resuming)
         self.loaded_optimizers: set[int] | None = None
-        self._loaded_schedulers: set[int] = set()  # ids of the schedulers it loaded
-        self._states: dict[str, Any] | None = None  # its schedulers and optimizers (`made_anew`)
+        self._loaded: dict[str, set[int]] = {}  # ids of the objects it loaded states into, by kind
+        self.made_by_cell: frozenset[str] = frozenset()  # names the resumed cell itself assigns
+        self._states: dict[str, Any] | None = None  # the checkpoint's states (`made_anew`)
 
     # -- out -------------------------------------------------------------------------------------
 
@@ -337,22 +340,21 @@ class Checkpoints:
                 f"with --procs {written}, or from a checkpoint written at an epoch's end)"
             )
         objects = trainable_objects(self._namespace)
-        for kind in ("models", "optimizers", "schedulers"):
+        for kind in KINDS:
             for name, state in payload[kind].items():
                 target = objects[kind].get(name)
-                if target is None and kind == "schedulers":
-                    continue  # made by the cell itself: loaded at the first step (`made_anew`)
-                if target is None:
+                if target is not None:
+                    _load_state(name, target, state)
+                elif name not in self.made_by_cell:  # else the cell makes it (`made_anew`)
                     raise TrainmateError(
                         f"--resume: the checkpoint has {kind[:-1]} {name!r}, the notebook has none"
                     )
-                _load_state(name, target, state)
-        self._loaded_schedulers = {
-            id(objects["schedulers"][name])
-            for name in payload["schedulers"]
-            if name in objects["schedulers"]
+        self._loaded = {
+            kind: {id(objects[kind][name]) for name in payload[kind] if name in objects[kind]}
+            for kind in KINDS
         }
-        self._states = {"schedulers": payload["schedulers"], "optimizers": payload["optimizers"]}
+        self._states = {kind: payload[kind] for kind in KINDS}
+        self._states["grads"] = payload.get("grads") or {}
         if payload.get("scaler") is not None and self._scaler is not None:
             self._scaler.load_state_dict(payload["scaler"])
         if not payload.get("grads"):
@@ -369,16 +371,13 @@ class Checkpoints:
                     for p in group["params"]:
                         p.grad = None
         for name, grads in (payload.get("grads") or {}).items():
-            params = dict(objects["models"][name].named_parameters())
-            for key, grad in grads.items():
-                if key in params:
-                    p = params[key]
-                    p.grad = None if grad is None else grad.to(p.device, p.dtype)
+            if name in objects["models"]:
+                _load_grads(objects["models"][name], grads)
         if payload.get("pending") and self._accumulation.active:
             self._accumulation.pending = int(payload["pending"])
         # none when the run's optimizer was not a notebook variable (made inside the function
         # the cell calls): its state is not in the checkpoint, and a step of it is refused too
-        self.loaded_optimizers = {id(objects["optimizers"][name]) for name in payload["optimizers"]}
+        self.loaded_optimizers = set(self._loaded["optimizers"])
         if payload.get("start_rng") is not None:
             set_rng_state(payload["start_rng"])
             self._start_rng = payload["start_rng"]
@@ -390,36 +389,42 @@ class Checkpoints:
 
     def made_anew(self) -> list[str]:
         """Where the resumed run picks up (its epoch's batch loop, the pass loop's start) or,
-        failing that, at its first optimizer step, once: the schedulers the cell made itself
-        (`scheduler = ReduceLROnPlateau(opt)` in the training cell), after the checkpoint went
-        into the old ones or found none, get the checkpoint's state; and the settings of their
-        optimizers, which a new scheduler resets (the learning rate at its start), are put back
-        as the checkpoint has them (nothing has stepped since they were loaded), `--set` on top.
-        Returns their names (a scheduler of the checkpoint the notebook still lacks: an error)."""
-        payload, self._states = self._states, None  # once
-        if payload is None or not payload["schedulers"]:
+        failing that, at its first optimizer step, once: the models, optimizers and schedulers
+        the training cell made itself (`model = Net(); opt = Adam(model.parameters())`,
+        `scheduler = OneCycleLR(opt, ...)` before its loop), after the checkpoint went into the
+        old ones or found none (a kernel restarted), get the checkpoint's states; the optimizer
+        settings a new scheduler resets (the learning rate at its start) are put back as the
+        checkpoint has them (nothing has stepped since), `--set` on top. Only names the cell's
+        own statements assign count (`made_by_cell`: not a loop's target, which names an object
+        made elsewhere); one the cell set to something else (`best_model = None`) is left, one
+        it never made is an error. Returns their names."""
+        states, self._states = self._states, None  # once
+        if states is None:
             return []
         objects = trainable_objects(self._namespace)
         made = []
-        for name, state in payload["schedulers"].items():
-            scheduler = objects["schedulers"].get(name)
-            if scheduler is None:
-                raise TrainmateError(
-                    f"--resume: the checkpoint has scheduler {name!r}, the notebook has none"
-                )
-            if id(scheduler) in self._loaded_schedulers:
-                continue
-            _load_state(name, scheduler, state)
-            self._loaded_schedulers.add(id(scheduler))
-            made.append(name)
-            optimizer = getattr(scheduler, "optimizer", None)
-            groups = getattr(optimizer, "param_groups", ())
-            for opt_name, opt_state in payload["optimizers"].items():
-                if optimizer is not None and objects["optimizers"].get(opt_name) is optimizer:
-                    for group, saved in zip(groups, opt_state["param_groups"], strict=False):
-                        group.update(
-                            {k: copy.deepcopy(v) for k, v in saved.items() if k != "params"}
-                        )
+        for kind in KINDS:
+            for name, state in states[kind].items():
+                if name not in self.made_by_cell:
+                    continue
+                target = objects[kind].get(name)
+                if target is None:
+                    if name in self._namespace:
+                        continue  # the cell set it to something else (`best_model = None`)
+                    raise TrainmateError(
+                        f"--resume: the checkpoint has {kind[:-1]} {name!r}, the notebook has none"
+                    )
+                if id(target) in self._loaded[kind]:
+                    continue
+                _load_state(name, target, state)
+                self._loaded[kind].add(id(target))
+                made.append(name)
+                if kind == "models" and name in states["grads"]:
+                    _load_grads(target, states["grads"][name])
+                elif kind == "optimizers" and self.loaded_optimizers is not None:
+                    self.loaded_optimizers.add(id(target))
+                elif kind == "schedulers":
+                    self._settings_back(target, states["optimizers"], objects["optimizers"])
         if made:
             self._apply_settings(objects["optimizers"])
             self._report(
@@ -427,6 +432,18 @@ class Checkpoints:
                 "into it"
             )
         return made
+
+    @staticmethod
+    def _settings_back(
+        scheduler: Any, saved: dict[str, Any], optimizers: dict[str, torch.optim.Optimizer]
+    ) -> None:
+        """The settings of a new scheduler's optimizer as the checkpoint has them."""
+        optimizer = getattr(scheduler, "optimizer", None)
+        groups = getattr(optimizer, "param_groups", ())
+        for name, state in saved.items():
+            if optimizer is not None and optimizers.get(name) is optimizer:
+                for group, kept in zip(groups, state["param_groups"], strict=False):
+                    group.update({k: copy.deepcopy(v) for k, v in kept.items() if k != "params"})
 
     def _apply_settings(self, optimizers: dict[str, torch.optim.Optimizer]) -> None:
         """`--set lr=3e-4`: write the values into every param group that has that setting."""
@@ -575,3 +592,12 @@ def _load_state(name: str, target: Any, state: Any) -> None:
     except (RuntimeError, ValueError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0][:160]
         raise TrainmateError(f"--resume: {name} does not match the checkpoint: {first}") from None
+
+
+def _load_grads(model: torch.nn.Module, grads: dict[str, Any]) -> None:
+    """A checkpoint's gradients (written inside an accumulation window) into `model`."""
+    params = dict(model.named_parameters())
+    for key, grad in grads.items():
+        if key in params:
+            p = params[key]
+            p.grad = None if grad is None else grad.to(p.device, p.dtype)

@@ -202,13 +202,13 @@ class TrainSession:
             handle.remove()
             self.checkpoints.made_anew()  # if the run did not pick up in a loop of its own
             if id(optimizer) not in loaded:
-                # `opt = Adam(net.parameters())` (and often `net = Net()`) in the cell or in a
-                # function it calls: the states went into the old objects, and the run would go
-                # on from a fresh start without a word
+                # `opt = Adam(net.parameters())` inside a function the cell calls: no notebook
+                # variable, so no checkpoint holds its state (one the cell itself makes was loaded
+                # by `made_anew`), and the run would go on from a fresh start without a word
                 raise TrainmateError(
-                    "--resume: the cell steps an optimizer the checkpoint was not loaded into (the "
-                    "cell, or a function it calls, makes it anew); make the model and optimizer "
-                    "in an earlier cell to resume"
+                    "--resume: the cell steps an optimizer the checkpoint does not hold (a "
+                    "function it calls makes it anew, as a local variable); make the model and "
+                    "optimizer in a cell to resume"
                 )
 
         handle = register_optimizer_step_pre_hook(first_step)
