@@ -31,6 +31,7 @@ def observe_backwards(report: Callable[[torch.Tensor], None]) -> Callable[[], No
 
     @functools.wraps(original)
     def backward(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # IPython shows the caller's line and torch's, not this frame
         if threading.get_ident() == thread:
             report(self)
         return original(self, *args, **kwargs)  # type: ignore[no-untyped-call]
