@@ -50,6 +50,12 @@ def show(result: RewriteResult) -> str:
         parts += [f"\n# --- {what}, rewritten for the run ---", fn.code.rstrip()]
     parts.append("\n# --- what %%train did ---")
     parts += [f"# {note}" for note in result.notes] or ["# nothing: the cell runs unchanged"]
+    if result.merged_facts().backward_calls == 0:  # see `runtime.observe`
+        parts.append(
+            "# no backward() in the cell or the functions it reaches: during the run "
+            "torch.Tensor.backward reports each call's loss (the curve, --monitor loss), "
+            "nothing more"
+        )
     return "\n".join(parts)
 
 

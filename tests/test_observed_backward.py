@@ -7,8 +7,10 @@ whose backward() calls are routed does not wrap `Tensor.backward`."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from jupyter_trainmate import last_run, last_sweep
@@ -58,10 +60,15 @@ def test_a_step_closures_loss_is_seen_and_the_weights_are_the_plain_runs() -> No
     assert torch.Tensor.backward is ORIGINAL  # put back
 
 
-def test_a_loss_in_an_imported_modules_function_is_seen() -> None:
-    Path("engine.py").write_text(ENGINE)
-    setup = "import sys; sys.path.insert(0, '.'); import engine"
+def test_a_loss_in_an_imported_modules_function_is_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "observed_engine.py").write_text(ENGINE)
+    monkeypatch.syspath_prepend(str(tmp_path))  # an absolute entry, taken out after the test
+    monkeypatch.delitem(sys.modules, "observed_engine", raising=False)  # and the module too
+    setup = "import observed_engine as engine"
     summary, _ = assert_parity([COMMON, setup, IMPORTED_LOOP], "--display off")
+    sys.modules.pop("observed_engine", None)
     assert summary.optimizer_steps == 16  # the optimizer hook counts its steps, as before
     # The epochs are not counted (the rewrite does not know that the imported function trains):
     # the curve has the run's last loss, where it had none.
@@ -155,3 +162,14 @@ def test_the_options_that_cannot_apply_to_an_observed_backward_are_said_once() -
     summary = last_run()
     assert summary is not None
     assert summary.events == ()  # nothing asked that cannot apply
+
+
+def test_show_says_when_backward_is_observed(capsys: pytest.CaptureFixture[str]) -> None:
+    ip = fresh_shell()
+    ip.run_cell(COMMON).raise_error()
+    ip.run_cell(FACTORY).raise_error()
+    capsys.readouterr()
+    ip.run_cell(f"%%train --show\n{CLOSURE_LOOP}").raise_error()
+    assert "torch.Tensor.backward reports each call's loss" in capsys.readouterr().out
+    ip.run_cell("%%train --show\nloss_fn(model(x), y).backward()\nopt.step()").raise_error()
+    assert "torch.Tensor.backward reports" not in capsys.readouterr().out
