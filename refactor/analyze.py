@@ -3,8 +3,8 @@ Step 2: parse every code cell with libcst and say what each top-level statement 
 
 Each statement becomes an `Item`: an import, a function, a class, a constant (a name bound to a
 literal: a hyperparameter), or a plain statement (notebook state: `model = Net()`, the loop, a
-print). libcst's scope analysis gives, for every function and class, the global names it reads
-(its free variables); for a statement, the names it reads and binds. `if __name__ ==
+print). Python's own scope analysis (`globalnames`) gives, for every function and class, the
+global names it reads (its free variables); for a statement, the names it reads and binds. `if __name__ ==
 "__main__":` gates are opened (their body is top-level code of a script). A cell that does not
 parse is a `BadCell` with its line (assignment placeholders like `<YOUR CODE>` are common).
 """
@@ -16,19 +16,17 @@ import bisect
 import builtins
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import libcst as cst
-from libcst.metadata import CodePosition, GlobalScope, Scope, ScopeProvider
 
+from .globalnames import Module
 from .positions import starts as start_positions
 from .read import CodeCell, Notebook
-from .walk import children, find, isa, walk
+from .walk import find, isa, walk
 
-Scopes = Mapping[cst.CSTNode, Scope | None]
-Positions = Mapping[cst.CSTNode, CodePosition]  # where names and statements start
 Kind = Literal["import", "function", "class", "constant", "statement"]
 FUTURE = re.compile(r"^from __future__ import [^\n]*$", re.M)
 FUTURE_DROPPED = "pass  # trainmate: dropped (a __future__ import)"
@@ -106,14 +104,13 @@ def analyze(nb: Notebook) -> Analysis:
         nb_rest = Notebook(nb.path, [c for c in good if c.number not in bad])
         out.items = analyze(nb_rest).items
         return out
-    wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
-    scopes = wrapper.resolve(ScopeProvider)
+    names = Module("".join(parts))
     positions = start_positions(module)  # PositionProvider's starts, for a fifth of its cost
-    for statement in _opened(list(module.body)):
+    for statement, same in _paired(list(module.body), names.tree.body):
         at = positions[statement].line
         index = bisect.bisect_right(starts, at) - 1
         cell = good[index]
-        out.items.append(_item(cell, statement, at - starts[index] + 1, scopes, positions))
+        out.items.append(_item(cell, statement, at - starts[index] + 1, names, same))
     for item in out.items:
         if item.cell.train_options is not None and item.kind in ("statement", "constant"):
             item.train_cell = True
@@ -121,16 +118,22 @@ def analyze(nb: Notebook) -> Analysis:
     return out
 
 
-def _opened(body: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
-    """Top-level statements with `if __name__ == "__main__":` gates replaced by their body."""
-    opened: list[cst.BaseStatement] = []
+def _paired(
+    body: Sequence[cst.BaseStatement], same: list[ast.stmt]
+) -> list[tuple[cst.BaseStatement, list[ast.stmt]]]:
+    """Top-level statements with `if __name__ == "__main__":` gates replaced by their body, each
+    with the `ast` statements of its text (a line `a = 1; b = 2` is one libcst statement)."""
+    opened: list[tuple[cst.BaseStatement, list[ast.stmt]]] = []
+    at = 0
     for statement in body:
+        count = len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
+        group, at = same[at : at + count], at + count
         if isinstance(statement, cst.If) and _main_gate(statement):
             block = statement.body
-            if isinstance(block, cst.IndentedBlock):
-                opened.extend(block.body)
+            if isinstance(block, cst.IndentedBlock) and isinstance(group[0], ast.If):
+                opened.extend(_paired(block.body, group[0].body))
                 continue
-        opened.append(statement)
+        opened.append((statement, group))
     return opened
 
 
@@ -149,11 +152,12 @@ def _main_gate(node: cst.If) -> bool:
 
 
 def _item(
-    cell: CodeCell, node: cst.BaseStatement, line: int, scopes: Scopes, positions: Positions
+    cell: CodeCell, node: cst.BaseStatement, line: int, names: Module, same: list[ast.stmt]
 ) -> Item:
     if isinstance(node, cst.FunctionDef | cst.ClassDef):
         kind: Kind = "function" if isinstance(node, cst.FunctionDef) else "class"
-        reads = _free_globals(node, scopes)
+        defined = same[0]
+        reads = names.free_globals(defined, BUILTINS)
         declares = tuple(
             dict.fromkeys(
                 n.name.value
@@ -162,24 +166,7 @@ def _item(
                 for n in g.names
             )
         )
-        outer: dict[str, None] = {}  # evaluated when the def runs, in the global scope
-        heads: list[cst.CSTNode] = [d.decorator for d in node.decorators]
-        if isinstance(node, cst.FunctionDef):
-            p = node.params
-            params = [*p.posonly_params, *p.params, *p.kwonly_params]
-            heads += [x.default for x in params if x.default is not None]
-            heads += [x.annotation.annotation for x in params if x.annotation is not None]
-        else:
-            heads += [b.value for b in (*node.bases, *node.keywords)]
-            for method in node.body.body:  # evaluated when the class body runs
-                if isinstance(method, cst.FunctionDef):
-                    p = method.params
-                    every = [*p.posonly_params, *p.params, *p.kwonly_params]
-                    heads += [x.default for x in every if x.default is not None]
-                    heads += [d.decorator for d in method.decorators]
-        for head in heads:
-            outer.update(dict.fromkeys(_read(head, scopes, positions, ())))
-        at_definition = tuple(outer)
+        at_definition = _at_definition(names, defined)
         reads = tuple(dict.fromkeys([*reads, *at_definition]))
         return Item(
             cell,
@@ -196,7 +183,7 @@ def _item(
         small = node.body[0]
         if isinstance(small, cst.Import | cst.ImportFrom):
             return Item(cell, line, "import", node, None, _import_names(small))
-        constant = _constant(small)
+        constant = _constant(same[0])
         if constant is not None:
             name, value = constant
             return Item(cell, line, "constant", node, name, (name,), (), value)
@@ -209,8 +196,31 @@ def _item(
         )
     )
     binds = _bound(node)
-    reads = _read(node, scopes, positions, binds)
+    reads = names.reads(same, binds, BUILTINS)
     return Item(cell, line, "statement", node, None, binds, reads, declares=declares)
+
+
+def _at_definition(names: Module, node: ast.stmt) -> tuple[str, ...]:
+    """What a def's decorators, defaults and parameter annotations read, and a class's bases,
+    keywords, and its methods' decorators and defaults: run when the definition runs."""
+    heads: list[ast.AST] = []
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        args = node.args
+        heads += node.decorator_list
+        heads += [*args.defaults, *(d for d in args.kw_defaults if d is not None)]
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+        heads += [a.annotation for a in every if a.annotation is not None]
+    elif isinstance(node, ast.ClassDef):
+        heads += [*node.decorator_list, *node.bases, *(k.value for k in node.keywords)]
+        for method in node.body:  # evaluated when the class body runs
+            if isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = method.args
+                heads += [*args.defaults, *(d for d in args.kw_defaults if d is not None)]
+                heads += method.decorator_list
+    outer: dict[str, None] = {}
+    for head in heads:
+        outer.update(dict.fromkeys(names.reads([head], (), BUILTINS)))
+    return tuple(outer)
 
 
 def _import_names(node: cst.Import | cst.ImportFrom) -> tuple[str, ...]:
@@ -227,23 +237,23 @@ def _import_names(node: cst.Import | cst.ImportFrom) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _constant(node: cst.BaseSmallStatement) -> tuple[str, object] | None:
+def _constant(node: ast.stmt) -> tuple[str, object] | None:
     """`NAME = <literal>` or `NAME: T = <literal>`: a hyperparameter."""
-    if isinstance(node, cst.Assign) and len(node.targets) == 1:
-        target, value = node.targets[0].target, node.value
-    elif isinstance(node, cst.AnnAssign) and node.value is not None:
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target, value = node.targets[0], node.value
+    elif isinstance(node, ast.AnnAssign) and node.value is not None:
         target, value = node.target, node.value
     else:
         return None
-    if not isinstance(target, cst.Name):
+    if not isinstance(target, ast.Name):
         return None
     try:
-        literal = ast.literal_eval(cst.Module([]).code_for_node(value))
+        literal = ast.literal_eval(value)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     if not _plain(literal):
         return None
-    return target.value, literal
+    return target.id, literal
 
 
 def _plain(value: object) -> bool:
@@ -255,73 +265,14 @@ def _plain(value: object) -> bool:
     return False
 
 
-def _free_globals(node: cst.CSTNode, scopes: Scopes) -> tuple[str, ...]:
-    """Global names a def's body reads (not bound inside it), in order of first use."""
-    found: dict[str, None] = {}
-    seen: dict[int, Scope] = {}
-    for child in _walk(node):
-        scope = scopes.get(child)
-        if scope is not None and not isinstance(scope, GlobalScope):
-            seen.setdefault(id(scope), scope)
-    for scope in seen.values():
-        for access in scope.accesses:
-            name = access.node.value if isinstance(access.node, cst.Name) else None
-            if name is None or name in BUILTINS:
-                continue
-            if all(isinstance(a.scope, GlobalScope) for a in access.referents):
-                found.setdefault(name, None)
-    return tuple(found)
-
-
-def _read(
-    node: cst.CSTNode, scopes: Scopes, positions: Positions, binds: tuple[str, ...]
-) -> tuple[str, ...]:
-    """Names a top-level statement reads before it binds them (its own and those of its nested
-    scopes), in source order: `for x in xs: total += x` reads `total`, not `x`."""
-    reads: dict[str, tuple[int, int]] = {}
-    assigned: dict[str, tuple[int, int]] = {}
-    skip: set[int] = set()
-    bound = set(binds)
-    for child in walk(node):
-        if not isa(child, _READING):
-            continue
-        if isinstance(child, cst.Attribute):
-            skip.add(id(child.attr))
-        elif isinstance(child, cst.Arg) and child.keyword is not None:
-            skip.add(id(child.keyword))
-        elif isinstance(child, cst.AugAssign) and isinstance(child.target, cst.Name):
-            target = child.target  # `total += x` reads `total` first
-            if isinstance(scopes.get(target), GlobalScope):
-                begin = positions[target]
-                reads.setdefault(target.value, (begin.line, begin.column))
-        if not isinstance(child, cst.Name) or id(child) in skip:
-            continue
-        scope = scopes.get(child)
-        if scope is None or child.value in BUILTINS:
-            continue
-        start = positions[child]
-        at = (start.line, start.column)
-        mine = [a for a in scope.accesses[child] if a.node is child]  # every access of the name
-        if not mine:
-            if child.value in bound and isinstance(scope, GlobalScope):
-                end = (start.line, 1 << 30)  # a line's value is read before its target is bound
-                assigned[child.value] = min(assigned.get(child.value, end), end)
-            continue
-        if all(isinstance(r.scope, GlobalScope) for a in mine for r in a.referents):
-            reads[child.value] = min(reads.get(child.value, at), at)
-    ordered = sorted(reads.items(), key=lambda kv: kv[1])
-    return tuple(n for n, at in ordered if n not in assigned or at < assigned[n])
-
-
 _BINDING = (
-    cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.ExceptHandler,
+    cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.NamedExpr, cst.ExceptHandler,
     cst.ExceptStarHandler, cst.AsName, cst.FunctionDef, cst.ClassDef, cst.Import, cst.ImportFrom,
 )  # fmt: skip
-_READING = (cst.Attribute, cst.Arg, cst.AugAssign, cst.Name)
 
 
 def _bound(node: cst.CSTNode) -> tuple[str, ...]:
-    """Names a top-level statement binds: assignment, for and with targets, nested defs. Not
+    """Names a top-level statement binds: assignment, for, with and `:=` targets, nested defs. Not
     `except E as ex`'s `ex`: Python deletes it at the end of the handler, so nothing after the
     statement can read it (only the handler itself does)."""
     names: dict[str, None] = {}
@@ -332,7 +283,9 @@ def _bound(node: cst.CSTNode) -> tuple[str, ...]:
     for found in walk(node):  # one pass; the names in the order the three kinds were found in
         if not isa(found, _BINDING):
             continue
-        if isinstance(found, cst.AssignTarget | cst.AnnAssign | cst.AugAssign | cst.For):
+        if isinstance(
+            found, cst.AssignTarget | cst.AnnAssign | cst.AugAssign | cst.For | cst.NamedExpr
+        ):
             targets.append(found.target)
         elif isinstance(found, cst.ExceptHandler | cst.ExceptStarHandler) and found.name:
             handlers.add(id(found.name))
@@ -358,14 +311,3 @@ def _target_names(target: cst.BaseExpression) -> list[str]:
     if isinstance(target, cst.StarredElement):
         return _target_names(target.value)
     return []
-
-
-def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """`node` and the nodes under it, in the order the scopes of a def are met (see `walk`)."""
-    out = [node]
-    stack = [node]
-    while stack:
-        for child in children(stack.pop()):
-            out.append(child)
-            stack.append(child)
-    return out

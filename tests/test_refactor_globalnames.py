@@ -1,0 +1,85 @@
+"""What `analyze` says each top-level statement reads from the notebook's globals, now from
+CPython's `symtable` over `ast` (`refactor/globalnames.py`) instead of libcst's scope provider:
+Python's scoping rules, the order the packages' parameters follow, and the two answers that
+changed (an import a statement makes itself is not a read of it; `global n; n += 1` reads `n`).
+`:=` at the top level now binds its name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+from jupyter_trainmate.refactor.analyze import Item, analyze
+from jupyter_trainmate.refactor.read import read
+
+
+def items(tmp_path: Path, *cells: str) -> dict[str, Item]:
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell(c) for c in cells]), path)
+    found = analyze(read(path)).items
+    return {item.name or f"{item.cell}:{item.line}": item for item in found}
+
+
+def test_scopes_follow_python(tmp_path: Path) -> None:
+    got = items(
+        tmp_path,
+        "import torch\nscale = 2\nx = 1",
+        "class Box:\n"
+        "    x = 5\n"  # a class body's name: not seen by its methods, which read the global x
+        "    y = x + 1\n"
+        "    def get(self):\n        return x\n"
+        "    zs = [x for _ in range(3)]\n",  # a comprehension in a class body: the global x too
+        "def bump():\n    global counter\n    counter += scale\n",
+        "def outer():\n    k = 1\n    def inner():\n        nonlocal k\n        k += w\n    return inner",
+        "total = 0\nfor v in [1, 2]:\n    total += v * scale\n",
+        "squares = [(n := i) * i for i in range(x)]\nlast = n",
+        "fn = lambda a, b=scale: a + torch.zeros(b)",
+    )
+    assert got["Box"].reads == ("x",)
+    assert got["bump"].reads == ("counter", "scale")  # libcst's provider missed `counter`
+    assert got["bump"].declares == ("counter",)
+    assert got["outer"].reads == ("w",)
+    total = next(i for i in got.values() if "total" in i.binds and i.kind == "statement")
+    assert total.reads == ("total", "scale")  # bound by the statement before
+    comprehension = next(i for i in got.values() if "squares" in i.binds)
+    assert comprehension.reads == ("x",)
+    assert "n" in comprehension.binds  # the walrus binds in the module
+    last = next(i for i in got.values() if i.binds == ("last",))
+    assert last.reads == ("n",)
+    lam = next(i for i in got.values() if i.binds == ("fn",))
+    assert lam.reads == ("scale", "torch")
+
+
+def test_order_of_a_class_reads_is_libcst_s(tmp_path: Path) -> None:
+    """The last method's names first, then the earlier ones; then the bases: the order the
+    libcst provider gave, which the parameters of the written package follow."""
+    got = items(
+        tmp_path,
+        "import torch\nfrom torch import nn\nimport torch.nn.functional as F\nwidth = 4\ndepth = 2",
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super(Net, self).__init__()\n"
+        "        self.fc = nn.Linear(width, width)\n"
+        "    def forward(self, x):\n"
+        "        return F.relu(self.fc(x)) * depth + torch.ones(1)\n",
+        "def make():\n    a = [width for _ in range(2)]\n    return lambda: depth + a[0]\n",
+    )
+    assert got["Net"].reads == ("F", "depth", "torch", "Net", "nn", "width")
+    assert got["Net"].at_definition == ("nn",)
+    assert got["make"].reads == ("depth", "width")  # the lambda's scope is met first
+
+
+def test_reads_that_changed_with_symtable(tmp_path: Path) -> None:
+    got = items(
+        tmp_path,
+        "try:\n    import requests\n    r = requests.get('u')\nexcept ImportError:\n    pass",
+        "import os.path\nhere = os.path.join('a', 'b')",
+        "import os.path\ndef where():\n    return os.path.join('a', 'b')",
+    )
+    tried = next(i for i in got.values() if "requests" in i.binds)
+    assert tried.reads == ()  # it imports `requests` before it uses it
+    here = next(i for i in got.values() if i.binds == ("here",))
+    assert here.reads == ("os",)
+    assert got["where"].reads == ("os",)
