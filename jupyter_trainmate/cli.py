@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -370,7 +371,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TrainmateError as exc:
         print(f"trainmate {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    if argv is None and args.command == "refactor":
+        _hard_exit(result)
     return result
+
+
+def _hard_exit(status: int) -> None:
+    """End the `trainmate refactor` command without tearing the interpreter down, as mypy's own
+    command does (`fast_exit`): the refactor leaves about 1.7 million objects (libcst trees,
+    mypy's symbol tables) whose freeing at exit took 5.5 s of a 28 s command on 500 real cells.
+    Everything is written and closed by then; only the standard streams need flushing. Only for
+    the command itself (`argv is None`): a caller of `main([...])` keeps its interpreter."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import libcst as cst
 from .globalnames import Module
 from .positions import starts as start_positions
 from .read import CodeCell, Notebook
-from .walk import find, isa, walk
+from .walk import isa, walk
 
 Kind = Literal["import", "function", "class", "constant", "statement"]
 FUTURE = re.compile(r"^from __future__ import [^\n]*$", re.M)
@@ -158,14 +158,7 @@ def _item(
         kind: Kind = "function" if isinstance(node, cst.FunctionDef) else "class"
         defined = same[0]
         reads = names.free_globals(defined, BUILTINS)
-        declares = tuple(
-            dict.fromkeys(
-                n.name.value
-                for g in find(node, cst.Global)
-                if isinstance(g, cst.Global)
-                for n in g.names
-            )
-        )
+        declares = names.declares(defined)
         at_definition = _at_definition(names, defined)
         reads = tuple(dict.fromkeys([*reads, *at_definition]))
         return Item(
@@ -187,14 +180,7 @@ def _item(
         if constant is not None:
             name, value = constant
             return Item(cell, line, "constant", node, name, (name,), (), value)
-    declares = tuple(
-        dict.fromkeys(
-            n.name.value
-            for g in find(node, cst.Global)
-            if isinstance(g, cst.Global)
-            for n in g.names
-        )
-    )
+    declares = tuple(dict.fromkeys(n for part in same for n in names.declares(part)))
     binds = _bound(node)
     reads = names.reads(same, binds, BUILTINS)
     return Item(cell, line, "statement", node, None, binds, reads, declares=declares)

@@ -19,6 +19,7 @@ reads before it binds them, in the order of the source.
 from __future__ import annotations
 
 import ast
+import bisect
 import symtable
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -157,6 +158,7 @@ class Module:
         self.found: list[Found] = []
         self.span: dict[int, tuple[int, int]] = {}
         self.own: dict[int, Scope] = {}  # the scope each def, class, lambda, comprehension makes
+        self.declared: list[tuple[int, list[str]]] = []  # `global` statements, where in `found`
         module = Scope(symtable.symtable(source, "<notebook>", "exec"), None)
         self._walk(self.tree, module)
 
@@ -171,6 +173,9 @@ class Module:
             node, scope = top
             span[id(node)] = (len(found), 0)
             stack.append(id(node))
+            if isinstance(node, ast.Global):  # an entry of its own, so that spans hold it
+                self.declared.append((len(found), node.names))
+                found.append((" global", (node.lineno, node.col_offset), scope, False))
             name = _name(node)
             if name is not None:
                 at: Any = getattr(node, "target", node)
@@ -188,6 +193,17 @@ class Module:
         for node in nodes:
             start, end = self.span[id(node)]
             yield from self.found[start:end]
+
+    def declares(self, node: ast.AST) -> tuple[str, ...]:
+        """The names `node`'s `global` statements declare, in order, once each."""
+        start, end = self.span[id(node)]
+        first = bisect.bisect_left(self.declared, start, key=lambda d: d[0])
+        out: dict[str, None] = {}
+        for at, names in self.declared[first:]:
+            if at >= end:
+                break
+            out.update(dict.fromkeys(names))
+        return tuple(out)
 
     def free_globals(self, node: ast.AST, skip: frozenset[str]) -> tuple[str, ...]:
         """Global names a definition's body reads (not the parts run where it is defined).

@@ -83,3 +83,16 @@ def test_reads_that_changed_with_symtable(tmp_path: Path) -> None:
     here = next(i for i in got.values() if i.binds == ("here",))
     assert here.reads == ("os",)
     assert got["where"].reads == ("os",)
+
+
+def test_a_global_statement_last_in_its_function(tmp_path: Path) -> None:
+    got = items(
+        tmp_path,
+        "def first():\n    x = 1\n    global late\n",
+        "def second():\n    return 1\n",
+        "if True:\n    global top\n    top = 1\n",
+    )
+    assert got["first"].declares == ("late",)
+    assert got["second"].declares == ()
+    top = next(i for i in got.values() if i.binds == ("top",))
+    assert top.declares == ("top",)
