@@ -13,6 +13,8 @@ instead of wall time, for a shared, loaded machine. `--lean` runs the trials wit
 prefetch thread cost apart). `--kept`: the hand-written side opens the journal once and keeps it
 for every sweep, as `%%train --sweep` does since issue 15's round 2 (without it, each hand-written
 sweep opens the journal anew, replaying every record in it: a cost that grows over the run).
+`--order=ab` (the default: the hand-written sweep first in each pair), `ba` (the `%%train` one
+first) or `abba` (swapped every other pair, which cancels what running second does to a side).
 `STEPS`: batches per epoch (default 50); with a few (`8 16 1 2`), a trial is nearly all fixed
 cost, so the ratio shows the per-trial and per-sweep costs apart from the per-step ones.
 
@@ -20,6 +22,7 @@ The garbage collector's pauses of each side are printed too (`gc_watch.py`): the
 spreads the pairs (BENCHMARKS.md, 2026-12-01 evening).
 
     python benchmarks/sweep_overhead.py [PAIRS] [TRIALS] [EPOCHS] [STEPS] [--cpu] [--lean] [--kept]
+        [--order=ab|ba|abba]
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ def main(
     cpu: bool = False,
     lean: bool = False,
     kept: bool = False,
+    order: str = "ab",
 ) -> dict[str, float]:
     clock = time.process_time if cpu else time.perf_counter
     torch.set_num_threads(1)
@@ -127,15 +131,25 @@ def main(
     # The first two pairs warm up both (imports, the rewrite cache): the cell's rewrite reads the
     # namespace, which the first sweep fills (model, opt, ...), so the second sweep rewrites once
     # more (about 90 ms, a cost per cell and namespace, not per trial).
-    for i in range(pairs + 2):
+    def run_hand() -> float:
         with collecting.side("hand" if i > 1 else None):
             start = clock()
             ip.run_cell(f"hand_sweep('hand-{i}', {trials})").raise_error()
-            hand = (clock() - start) / trials
+            return (clock() - start) / trials
+
+    def run_train() -> float:
         with collecting.side("train" if i > 1 else None):
             start = clock()
             ip.run_cell(cell).raise_error()
-            train = (clock() - start) / trials
+            return (clock() - start) / trials
+
+    for i in range(pairs + 2):
+        if order == "ba" or (order == "abba" and i % 2):
+            train = run_train()
+            hand = run_hand()
+        else:
+            hand = run_hand()
+            train = run_train()
         if i > 1:
             ratios.append(train / hand)
             hand_s.append(hand)
@@ -150,7 +164,7 @@ def main(
     }
     print(
         f"sweep overhead ({'cpu' if cpu else 'wall'} time{', lean' if lean else ''}"
-        f"{', journal kept' if kept else ''}, {pairs} pairs of {trials} trials x "
+        f"{', journal kept' if kept else ''}, order {order}, {pairs} pairs of {trials} trials x "
         f"{epochs} epochs x {steps} steps): %%train --sweep / hand-written objective = "
         f"{result['ratio_median']:.3f} (median; range {result['ratio_min']:.3f}-"
         f"{result['ratio_max']:.3f}); per trial {result['hand_s_per_trial'] * 1000:.0f} ms hand, "
@@ -169,4 +183,5 @@ if __name__ == "__main__":
         cpu="--cpu" in sys.argv,
         lean="--lean" in sys.argv,
         kept="--kept" in sys.argv,
+        order=next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--order=")), "ab"),
     )
