@@ -128,6 +128,7 @@ def main(
     )
     ratios, hand_s, train_s = [], [], []
     collecting = Collections()
+
     # The first two pairs warm up both (imports, the rewrite cache): the cell's rewrite reads the
     # namespace, which the first sweep fills (model, opt, ...), so the second sweep rewrites once
     # more (about 90 ms, a cost per cell and namespace, not per trial).
