@@ -59,6 +59,9 @@ class Inferred:
     returns: dict[str, Ty]  # function key -> return type
 
 
+_Shape = tuple[list[tuple[ast.Call, str | None]], list[tuple[ast.Name | ast.Attribute, str | None]]]
+
+
 class Engine:
     def __init__(self, pkg: Package, seeds: dict[str, Ty] | None = None) -> None:
         self.pkg = pkg
@@ -71,6 +74,7 @@ class Engine:
         self.uses: dict[str, dict[str, list[Ty]]] = {}  # parameters passed straight to `USES`
         self.module_scopes: dict[str, Scope] = {}
         self.recording = False
+        self._shapes: dict[int, _Shape] = {}  # by id of the scope, which lives as long
 
     def run(self) -> Inferred:
         order = sorted(self.pkg.modules, key=lambda n: n != "config")
@@ -249,7 +253,31 @@ class Engine:
     def _collect(self, scope: Scope) -> None:
         """Record every call into the package in `scope`; a function that escapes (passed on,
         stored, returned, decorating) is poisoned: it may be called from code we cannot see."""
+        calls, escaped = self._shape(scope)
+        for node, path in calls:
+            scope.typeof(node)
+            self._uses(scope, node, path)
+        for named, path in escaped:
+            if path in self.pkg.classes:
+                init = self.pkg.method(path, "__init__")
+                path = init.key if init else None
+            elif path not in self.pkg.functions and isinstance(named, ast.Attribute):
+                receiver = scope.typeof(named.value)  # `self.step` handed on
+                if receiver is not None and receiver.name in self.pkg.classes:
+                    method = self.pkg.method(receiver.name, named.attr)
+                    path = method.key if method else None
+            if path in self.pkg.functions:
+                self.poisoned.add(path)
+
+    def _shape(self, scope: Scope) -> _Shape:
+        """What `_collect` reads of a scope's code and names, which no round's types change:
+        its calls (with the path each calls) and the names and attributes that escape (with
+        the path each names), in the order of `scope.nodes`; worked out in the first round."""
+        known = self._shapes.get(id(scope))
+        if known is not None:
+            return known
         escapes: set[int] = set()
+        calls: list[tuple[ast.Call, str | None]] = []
         for node in scope.nodes:
             if isinstance(node, ast.Call):
                 name = dotted_name(node.func)
@@ -257,8 +285,7 @@ class Engine:
                 if path not in HARMLESS:
                     values = node.args[1:] if path == "jupyter_trainmate.train" else node.args
                     escapes |= {id(v) for v in [*values, *(k.value for k in node.keywords)]}
-                scope.typeof(node)
-                self._uses(scope, node, path)
+                calls.append((node, path))
             elif isinstance(node, ast.Assign | ast.AnnAssign | ast.Return | ast.Yield):
                 escapes.add(id(node.value))
             elif isinstance(node, ast.Tuple | ast.List | ast.Set):
@@ -267,21 +294,13 @@ class Engine:
                 escapes |= {id(v) for v in node.values}
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 escapes |= {id(d) for d in node.decorator_list}
+        escaped: list[tuple[ast.Name | ast.Attribute, str | None]] = []
         for node in scope.nodes:
-            if id(node) not in escapes or not isinstance(node, ast.Name | ast.Attribute):
-                continue
-            name = dotted_name(node)
-            path = scope.resolve(name) if name else None
-            if path in self.pkg.classes:
-                init = self.pkg.method(path, "__init__")
-                path = init.key if init else None
-            elif path not in self.pkg.functions and isinstance(node, ast.Attribute):
-                receiver = scope.typeof(node.value)  # `self.step` handed on
-                if receiver is not None and receiver.name in self.pkg.classes:
-                    method = self.pkg.method(receiver.name, node.attr)
-                    path = method.key if method else None
-            if path in self.pkg.functions:
-                self.poisoned.add(path)
+            if id(node) in escapes and isinstance(node, ast.Name | ast.Attribute):
+                name = dotted_name(node)
+                escaped.append((node, scope.resolve(name) if name else None))
+        shape = self._shapes[id(scope)] = (calls, escaped)
+        return shape
 
     def _uses(self, scope: Scope, call: ast.Call, path: str | None) -> None:
         """A parameter passed as it is to `nn.Linear(...)`, `range(...)`: it has to be an int."""
