@@ -19,11 +19,12 @@ from typing import Any
 
 import libcst as cst
 
+from .cut import edit_headers, insert_after_imports
 from .infer import infer
 from .symbols import Package, index
 from .traced import recorded
 from .typecheck import Checked, check
-from .typeexpr import NONE, ByQualname, Renderer, Ty, add_imports
+from .typeexpr import NONE, ByQualname, Renderer, Ty, add_imports, import_text
 
 
 @dataclass(frozen=True)
@@ -168,11 +169,22 @@ def apply(
         render = Renderer(
             name, dict(module.bound), set(), frozenset(taken - set(module.bound)), short=traced
         )
-        tree = cst.parse_module(files[path]).visit(SetAnnotations(mine, render))
+        flag = "TYPE_CHECKING" in module.bound
         if docs:
+            tree = cst.parse_module(files[path]).visit(SetAnnotations(mine, render))
             tree = tree.visit(ShapeDocs(docs))
-        tree = add_imports(tree, render.imports, have_flag="TYPE_CHECKING" in module.bound)
-        out[path] = tree.code
+            out[path] = add_imports(tree, render.imports, have_flag=flag).code
+            continue
+        # the signatures alone go through libcst: the bodies are neither parsed nor written
+        code = edit_headers(files[path], set(mine), functools.partial(SetAnnotations, mine, render))
+        if render.imports:
+            added = render.imports
+            code = insert_after_imports(
+                code,
+                import_text(added, have_flag=flag),
+                functools.partial(add_imports, lines=added, have_flag=flag),
+            )
+        out[path] = code
     return out
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import libcst as cst
 
-from .cut import edit_functions, insert_after_imports
+from .cut import edit_headers, insert_after_imports
 from .typeexpr import ByQualname, add_imports
 
 ROUNDS = 4
@@ -297,8 +297,8 @@ def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> C
 
 
 def _edited(code: str, drop: Mapping[str, set[str]], decorate: set[str]) -> str:
-    """`code` with `_Edit(drop, decorate)` applied (only the functions it changes are parsed)."""
-    return edit_functions(code, set(drop) | decorate, lambda: _Edit(drop, decorate))
+    """`code` with `_Edit(drop, decorate)` applied (only the signatures it changes are parsed)."""
+    return edit_headers(code, set(drop) | decorate, lambda: _Edit(drop, decorate))
 
 
 def _import_no_type_check(code: str) -> str:

@@ -264,6 +264,13 @@ def add_imports(
         ),
         default=-1,
     )
+    block = _import_block(lines, guarded, have_flag)
+    return tree.with_changes(body=[*tree.body[: last + 1], *block, *tree.body[last + 1 :]])
+
+
+def _import_block(
+    lines: set[str], guarded: bool, have_flag: bool
+) -> list[cst.SimpleStatementLine | cst.BaseCompoundStatement]:
     if guarded:
         flag = "" if have_flag else "from typing import TYPE_CHECKING\n\n"
         text = flag + "if TYPE_CHECKING:\n" + "".join(f"    {line}\n" for line in sorted(lines))
@@ -272,7 +279,12 @@ def add_imports(
     block = list(cst.parse_module(text).body)
     if guarded:
         block[-1] = block[-1].with_changes(leading_lines=[cst.EmptyLine()])
-    return tree.with_changes(body=[*tree.body[: last + 1], *block, *tree.body[last + 1 :]])
+    return block
+
+
+def import_text(lines: set[str], guarded: bool = True, have_flag: bool = False) -> str:
+    """The text `add_imports` puts after the module's last import (for `cut.insert_after_imports`)."""
+    return cst.Module(body=_import_block(lines, guarded, have_flag)).code
 
 
 class ByQualname(cst.CSTTransformer):

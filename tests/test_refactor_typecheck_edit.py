@@ -1,13 +1,16 @@
-"""typecheck's edits cut out only the functions they change; the text must be what libcst's
-transformer gives on the whole module."""
+"""typecheck's edits and annotate's annotations cut out only the signatures they change (down to
+the line before the body, `cut.edit_headers`); the text must be what libcst's transformer gives
+on the whole module."""
 
 from __future__ import annotations
 
 import libcst as cst
 import pytest
 
+from jupyter_trainmate.refactor.annotate import SetAnnotations
+from jupyter_trainmate.refactor.cut import edit_headers, insert_after_imports
 from jupyter_trainmate.refactor.typecheck import _Edit, _edited, _import_no_type_check
-from jupyter_trainmate.refactor.typeexpr import add_imports
+from jupyter_trainmate.refactor.typeexpr import Renderer, T, add_imports, import_text
 
 MODULE = '''"""Doc."""
 import torch
@@ -55,6 +58,38 @@ except ValueError:
         return b
 
 
+def multi(
+    a: int,
+    b: int,
+) -> int:
+    # a comment before the body
+
+    return a + b
+
+
+def body_on_close(a: int,
+                  b: int) -> int: return a
+
+
+def docs(a: int) -> int:
+    """Doc."""
+    return a
+
+
+def wraps(f: int) -> int:
+    @staticmethod
+    def inner() -> None:
+        pass
+    return f
+
+
+class Later:
+    @property
+    def size(self) -> int:  # why
+        # first
+        return 1
+
+
 def last(z: list[int]) -> int:
     return len(z)'''
 
@@ -70,6 +105,8 @@ def last(z: list[int]) -> int:
         ({"guarded": {"a"}}, {"scale"}),  # a function inside `if`: the whole module
         ({"missing": {"a"}}, {"absent"}),
         ({}, {"handled"}),  # inside an `except`: the whole module
+        ({"multi": {"a"}, "body_on_close": {"b"}, "docs": {"return"}}, {"multi", "docs"}),
+        ({"wraps": {"f"}, "Later.size": {"return"}}, {"body_on_close", "wraps", "Later.size"}),
     ],
 )
 def test_edit_by_cut_equals_whole_module(drop: dict[str, set[str]], decorate: set[str]) -> None:
@@ -102,3 +139,36 @@ def test_import_by_text_equals_add_imports(code: str) -> None:
     line = "from typing import no_type_check"
     expected = add_imports(cst.parse_module(code), {line}, guarded=False).code
     assert _import_no_type_check(code) == expected
+
+
+def test_annotations_by_cut_equal_whole_module() -> None:
+    """What `annotate.apply` writes: each parameter without a type gets one, on every kind of
+    function of MODULE (a body on the signature's line, a comment before the body, a method)."""
+    from jupyter_trainmate.refactor.annotate import Signature
+
+    sigs = {
+        name: Signature({p: T("int") for p in params}, T("torch.Tensor"))
+        for name, params in {
+            "scale": ["y"], "one": [], "Net.forward": ["self"], "multi": ["a"],
+            "body_on_close": ["b"], "docs": ["a"], "wraps": ["f"], "Later.size": ["self"],
+            "last": ["z"],
+        }.items()
+    }  # fmt: skip
+    for code in (MODULE.replace(": int", ""), MODULE.replace(": int", "") + "\n"):
+        whole = Renderer("m", {"torch": "torch"}, set(), frozenset())
+        expected = cst.parse_module(code).visit(SetAnnotations(sigs, whole)).code
+        cut = Renderer("m", {"torch": "torch"}, set(), frozenset())
+        assert edit_headers(code, set(sigs), lambda r=cut: SetAnnotations(sigs, r)) == expected
+        assert expected != code
+
+
+@pytest.mark.parametrize("have_flag", [False, True])
+@pytest.mark.parametrize(
+    "code", [MODULE, "import a; import b\nimport c  # why\n\nx = 1\n", "x = 1\n"]
+)
+def test_guarded_imports_by_text_equal_add_imports(code: str, have_flag: bool) -> None:
+    lines = {"import numpy", "from torch import Tensor"}
+    expected = add_imports(cst.parse_module(code), lines, have_flag=have_flag).code
+    text = import_text(lines, have_flag=have_flag)
+    fallback = lambda t: add_imports(t, lines, have_flag=have_flag)  # noqa: E731
+    assert insert_after_imports(code, text, fallback) == expected
