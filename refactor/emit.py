@@ -11,6 +11,7 @@ inside a function.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -53,6 +54,9 @@ def _is_init(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.FunctionDef) and node.name.value == "__init__"
 
 
+_WORD = re.compile(r"\w+")
+
+
 def _code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node)
 
@@ -61,6 +65,7 @@ class _Emitter:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self.callee_params = {name: p.params for name, p in plan.placed.items()}
+        self.callees = {name for name, params in self.callee_params.items() if params}
         self.imports: Imports = imports_of(plan)
         self.imports.lines.setdefault("subprocess", "import subprocess")  # `x = !cmd` lines
         self.imports.lines.setdefault("Any", "from typing import Any")
@@ -90,6 +95,14 @@ class _Emitter:
         )
 
     def script_code(self, node: cst.BaseStatement, local: dict[str, str]) -> str:
+        text = _code(node)
+        # what `transformed` would change shows in the text: a device (`cuda`, `device`), or
+        # a call of a function that takes parameters; most statements have neither, and their
+        # text is their code as it is (two walks of each statement saved)
+        if not (self.plan.device and ("cuda" in text or "device" in text)) and not (
+            self.callees & set(_WORD.findall(text))
+        ):
+            return text
         return _code(self.transformed(node, local, in_run=True))
 
     def definition(self, name: str) -> str:

@@ -257,11 +257,12 @@ def results(node: cst.BaseStatement, binds: tuple[str, ...]) -> tuple[str, ...]:
     if isinstance(node, cst.FunctionDef | cst.ClassDef):
         return ()  # a definition kept in the script is passed on only where it is used
     loops: set[str] = set()
-    for loop in find(node, cst.For):
-        assert isinstance(loop, cst.For)
-        loops.update(_names(loop.target))
-    outer, inner = _by_depth(node)
-    loops |= inner - outer  # bound only inside a loop in a loop: a batch's temporaries
+    if not isinstance(node, cst.SimpleStatementLine):  # a line of small statements has no loop
+        for loop in find(node, cst.For):
+            assert isinstance(loop, cst.For)
+            loops.update(_names(loop.target))
+        outer, inner = _by_depth(node)
+        loops |= inner - outer  # bound only inside a loop in a loop: a batch's temporaries
     if isinstance(node, cst.SimpleStatementLine) and isinstance(node.body[0], cst.Assign):
         small = node.body[0]
         single = len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
