@@ -46,6 +46,7 @@ class Item:
     train_cell: bool = False  # the body of a %%train cell
     declares: tuple[str, ...] = ()  # names a def declares `global` (module state)
     at_definition: tuple[str, ...] = ()  # what a def's decorators, defaults and bases read
+    text: str = ""  # the statement's lines as the cell has them (for cheap tests of its text)
 
     @property
     def code(self) -> str:
@@ -104,13 +105,21 @@ def analyze(nb: Notebook) -> Analysis:
         nb_rest = Notebook(nb.path, [c for c in good if c.number not in bad])
         out.items = analyze(nb_rest).items
         return out
-    names = Module("".join(parts))
+    source = "".join(parts)
+    names = Module(source)
+    lines = source.splitlines(keepends=True)
     positions = start_positions(module)  # PositionProvider's starts, for a fifth of its cost
     for statement, same in _paired(list(module.body), names.tree.body):
         at = positions[statement].line
         index = bisect.bisect_right(starts, at) - 1
         cell = good[index]
-        out.items.append(_item(cell, statement, at - starts[index] + 1, names, same))
+        item = _item(cell, statement, at - starts[index] + 1, names, same)
+        first = min(s.lineno for s in same)
+        decorated = getattr(same[0], "decorator_list", [])
+        first = min([first, *(d.lineno for d in decorated)])
+        last = max(s.end_lineno or s.lineno for s in same)
+        item.text = "".join(lines[first - 1 : last])
+        out.items.append(item)
     for item in out.items:
         if item.cell.train_options is not None and item.kind in ("statement", "constant"):
             item.train_cell = True

@@ -208,7 +208,7 @@ class Composer:
                 )
                 continue
             reads = [*item.reads, *self._callee_sources(item.reads)]
-            if plan.device and hard_coded_device(item.node):
+            if plan.device and hard_coded_device(item):
                 reads.append("device")
             node = item.node
             code = self.transformed(node, {}).strip("\n")
@@ -244,7 +244,7 @@ class Composer:
             reads += [r for r in it.reads if r not in own and r not in loops]
             own |= set(it.binds)
         reads += self._callee_sources(tuple(reads))
-        if self.plan.device and any(hard_coded_device(it.node) for it in group):
+        if self.plan.device and any(hard_coded_device(it) for it in group):
             reads.append("device")
         cell.params = sorted({r for r in reads if r in bound} - self.plan.module_state)
         binds = {b for it in group for b in it.binds}

@@ -33,9 +33,12 @@ _VALUE = (cst.Name, cst.Call, cst.Attribute, cst.FunctionDef, cst.ClassDef)
 _LOCAL = (cst.Name, cst.Attribute, cst.Arg)
 
 
-def hard_coded_device(node: cst.CSTNode) -> bool:
-    """`x.cuda()` or a `"cuda"` / `"cuda:N"` literal anywhere in `node`."""
-    for found in walk(node):
+def hard_coded_device(item: Item) -> bool:
+    """`x.cuda()` or a `"cuda"` / `"cuda:N"` literal anywhere in `item` (its text first: most
+    statements do not say "cuda" at all, and then no walk of its nodes is needed)."""
+    if "cuda" not in item.text:
+        return False
+    for found in walk(item.node):
         if not isa(found, _DEVICE):
             continue
         if isinstance(found, cst.Call):
@@ -47,13 +50,13 @@ def hard_coded_device(node: cst.CSTNode) -> bool:
     return False
 
 
-def writes_device(node: cst.CSTNode) -> bool:
-    """Whether `DeviceTransformer` writes `device` into `node` (`x.cuda()`, `.to("cuda")`); a
+def writes_device(item: Item) -> bool:
+    """Whether `DeviceTransformer` writes `device` into `item` (`x.cuda()`, `.to("cuda")`); a
     `"cuda"` it leaves alone (`self.device = "cuda" if ... else "cpu"`) reads nothing."""
-    if not hard_coded_device(node):  # the cheap test first: most definitions have no "cuda"
+    if not hard_coded_device(item):  # the cheap test first: most definitions have no "cuda"
         return False
     rewrite = DeviceTransformer()
-    node.visit(rewrite)
+    item.node.visit(rewrite)
     return rewrite.changed > 0
 
 
@@ -62,7 +65,7 @@ def state_reads(item: Item, device: bool) -> list[str]:
     its `.cuda()` / `"cuda"` into `device` (`device`: the plan has one): the read the refactor
     writes in is one like any other, for the parameters and for where the definition goes."""
     reads = [r for r in item.reads if r not in item.declares]
-    if device and "device" not in reads and writes_device(item.node):
+    if device and "device" not in reads and writes_device(item):
         reads.append("device")
     return reads
 

@@ -134,7 +134,7 @@ def plan(nb: Notebook, analysis: Analysis, package: str) -> Plan:
         item = constants.pop(name)
         run_body.append(dataclasses.replace(item, kind="statement"))
     run_body.sort(key=lambda it: (it.cell.number, it.line))
-    device = any(hard_coded_device(it.node) for it in analysis.items) or any(
+    device = any(hard_coded_device(it) for it in analysis.items) or any(
         "device" in it.binds for it in run_body
     )
     if device and "device" in constants:  # Config.device ("auto") replaces the notebook's

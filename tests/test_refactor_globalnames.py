@@ -96,3 +96,23 @@ def test_a_global_statement_last_in_its_function(tmp_path: Path) -> None:
     assert got["second"].declares == ()
     top = next(i for i in got.values() if i.binds == ("top",))
     assert top.declares == ("top",)
+
+
+def test_item_text_is_the_statement_as_written(tmp_path: Path) -> None:
+    """`Item.text` (what `params.hard_coded_device` reads before it walks a statement)."""
+    from jupyter_trainmate.refactor.params import hard_coded_device
+
+    got = items(
+        tmp_path,
+        "import torch\n\n@torch.no_grad()\ndef move(x):\n    return x.cuda()\n",
+        "a = 1; b = 'cuda:0'\nc = 2",
+        "if __name__ == '__main__':\n    d = torch.ones(2).to('cpu')\n",
+    )
+    assert got["move"].text == "@torch.no_grad()\ndef move(x):\n    return x.cuda()\n"
+    assert hard_coded_device(got["move"])
+    pair = next(i for i in got.values() if i.binds == ("a", "b"))
+    assert pair.text == "a = 1; b = 'cuda:0'\n"
+    assert hard_coded_device(pair)
+    opened = next(i for i in got.values() if i.binds == ("d",))
+    assert opened.text == "    d = torch.ones(2).to('cpu')\n"
+    assert not hard_coded_device(opened)
