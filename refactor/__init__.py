@@ -27,9 +27,9 @@ the next (`pipeline.py` runs them in this order):
 
 The steps read libcst trees through `walk` (a read-only walk over the nodes' fields: libcst's own
 visitors rebuild every node they pass; `walk.isa` asks `isinstance` per type) and rewrite them
-with libcst's transformers; `positions` gives `analyze` where names and statements start
-(`PositionProvider`'s starts, recorded for those nodes only); `cut` runs
-the transformers that change a few functions of a big module on those functions alone (the
+with libcst's transformers; `analyze` takes where statements start and what they read from
+Python's `ast` and `symtable` (`globalnames`); `cut` runs
+the transformers that change a few signatures of a big module on those signatures alone (the
 same text as libcst's round trip of the whole module, for a fraction of its cost).
 
 With `--execute`, `trace` runs the notebook first and records types and fixtures, in a fresh

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from jupyter_trainmate.refactor.analyze import Item, analyze
@@ -116,3 +117,53 @@ def test_item_text_is_the_statement_as_written(tmp_path: Path) -> None:
     opened = next(i for i in got.values() if i.binds == ("d",))
     assert opened.text == "    d = torch.ones(2).to('cpu')\n"
     assert not hard_coded_device(opened)
+
+
+MODULE = '''"""Doc."""
+import torch, os as o
+from x import (a,
+    b as c)
+
+
+@decorate(  a )
+class Net(torch.nn.Module):
+    def forward(self, x: "torch.Tensor", *, n: int = (3)) -> ((torch.Tensor)):
+        return x
+
+
+# a comment
+total = 0; more = 1
+for i in range(3): total += i  # a comment
+@first
+@second(1)
+def f(): return 1
+if __name__ == "__main__":
+    try:
+        del total
+    finally:
+        with open("f") as fh, open("g"): pass
+while False:
+    break
+'''
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_item_lines_are_position_providers(tmp_path: Path, newline: str) -> None:
+    """Where analyze says each statement starts (from the ast) is where libcst's
+    `PositionProvider` starts it (a decorated definition: its `def` or `class` line)."""
+    import libcst as cst
+    from libcst.metadata import PositionProvider
+
+    text = MODULE.replace("\n", newline)
+    got = list(items(tmp_path, text).values())
+    module = cst.parse_module(text)
+    positions = cst.MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    expected = []
+    for statement in module.body:
+        if isinstance(statement, cst.If):  # the opened `__main__` gate: its body's statements
+            assert isinstance(statement.body, cst.IndentedBlock)
+            expected += [positions[s].start.line for s in statement.body.body]
+        else:
+            expected.append(positions[statement].start.line)
+    assert [i.line for i in got] == expected
+    assert expected[3:5] == [8, 14]  # the class's `class` line; `total = 0; more = 1`
