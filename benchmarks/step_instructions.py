@@ -151,10 +151,13 @@ def counts(folder: Path) -> dict[str, dict[int, int]]:
     return found
 
 
-def main() -> None:
-    if shutil.which("valgrind") is None or shutil.which("gcc") is None:
-        raise SystemExit("step_instructions: needs valgrind and gcc")
-    keep = Path(sys.argv[sys.argv.index("--keep") + 1]) if "--keep" in sys.argv else None
+def under_callgrind(
+    script: str, native: float, keep: Path | None = None
+) -> tuple[str, dict[str, dict[int, int]]]:
+    """Run `script --child HELPER NATIVE` under callgrind (instrumentation off at the start, one
+    dump file per thread and client request); its output and `counts` of its dumps. Shared with
+    `sweep_instructions.py`."""
+    name = Path(script).stem
     with tempfile.TemporaryDirectory(prefix="callgrind-") as tmp:
         folder = Path(tmp)
         (folder / "helper.c").write_text(HELPER)
@@ -165,19 +168,26 @@ def main() -> None:
         )
         command = [
             "valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
-            f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--child",
-            str(helper), str(native_seconds()),
+            f"--callgrind-out-file={folder}/cg.%p", sys.executable, script, "--child",
+            str(helper), str(native),
         ]  # fmt: skip
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         if done.returncode != 0:
-            raise SystemExit(f"step_instructions: the run failed:\n{done.stderr[-2000:]}")
-        print(done.stdout.strip())
-        found = counts(folder)
+            raise SystemExit(f"{name}: the run failed:\n{done.stderr[-2000:]}")
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
             for path in folder.glob("cg.*"):
                 shutil.copy(path, keep / path.name)
+        return done.stdout.strip(), counts(folder)
+
+
+def main() -> None:
+    if shutil.which("valgrind") is None or shutil.which("gcc") is None:
+        raise SystemExit("step_instructions: needs valgrind and gcc")
+    keep = Path(sys.argv[sys.argv.index("--keep") + 1]) if "--keep" in sys.argv else None
+    output, found = under_callgrind(__file__, native_seconds(), keep)
+    print(output)
     report(found)
 
 

@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from step_instructions import HELPER, STRIDE, counts, slow_clocks
+from step_instructions import STRIDE, slow_clocks, under_callgrind
 from sweep_overhead import HAND, LOOP, SETUP
 
 LENGTHS = (1, 4)  # trials per sweep
@@ -123,25 +122,8 @@ def child(helper: Path, native: float) -> None:
 def main() -> None:
     if shutil.which("valgrind") is None or shutil.which("gcc") is None:
         raise SystemExit("sweep_instructions: needs valgrind and gcc")
-    with tempfile.TemporaryDirectory(prefix="callgrind-") as tmp:
-        folder = Path(tmp)
-        (folder / "helper.c").write_text(HELPER)
-        helper = folder / "libhelper.so"
-        subprocess.run(
-            ["gcc", "-O2", "-shared", "-fPIC", "-o", str(helper), str(folder / "helper.c")],
-            check=True,
-        )
-        command = [
-            "valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
-            f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--child",
-            str(helper), str(native_seconds()),
-        ]  # fmt: skip
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
-        done = subprocess.run(command, env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"sweep_instructions: the run failed:\n{done.stderr[-2000:]}")
-        print(done.stdout.strip())
-        found = counts(folder)
+    output, found = under_callgrind(__file__, native_seconds())
+    print(output)
     rows = {}
     for trials in LENGTHS:
         for side in ("hand", "train"):
