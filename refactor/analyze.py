@@ -22,7 +22,7 @@ from typing import Literal
 
 import libcst as cst
 
-from .globalnames import Module
+from .globalnames import Module, lines_of
 from .read import CodeCell, Notebook
 from .walk import isa, walk
 
@@ -88,10 +88,10 @@ def analyze(nb: Notebook) -> Analysis:
     parts: list[str] = []
     line = 1
     for cell in good:
-        text = cell.python if cell.python.endswith("\n") else cell.python + "\n"
+        text = cell.python if cell.python.endswith(("\n", "\r")) else cell.python + "\n"
         starts.append(line)
         parts.append(text)
-        line += text.count("\n")
+        line += len(lines_of(text))
     try:
         module = cst.parse_module("".join(parts))
     except cst.ParserSyntaxError:  # one cell libcst cannot read: find it, analyse the rest
@@ -105,8 +105,17 @@ def analyze(nb: Notebook) -> Analysis:
         out.items = analyze(nb_rest).items
         return out
     source = "".join(parts)
-    names = Module(source)
-    lines = source.splitlines(keepends=True)
+    try:
+        names = Module(source)
+    except SyntaxError as exc:  # CPython refuses the cells as one module: that cell goes
+        index = max(bisect.bisect_right(starts, exc.lineno or 1) - 1, 0)
+        cell = good[index]
+        out.bad.append(BadCell(cell.number, (exc.lineno or 1) - starts[index] + 1, exc.msg))
+        rest = Notebook(nb.path, [c for c in good if c.number != cell.number])
+        again = analyze(rest)
+        out.items, out.bad = again.items, [*out.bad, *again.bad]
+        return out
+    lines = lines_of(source)
     for statement, same in _paired(list(module.body), names.tree.body):
         # where the statement starts (a decorated definition: its `def` or `class` line), as
         # libcst's PositionProvider says (the same on the 143 notebooks of our corpora), from
@@ -118,7 +127,7 @@ def analyze(nb: Notebook) -> Analysis:
         cell = good[index]
         item = _item(cell, statement, at - starts[index] + 1, names, same)
         last = max(s.end_lineno or s.lineno for s in same)
-        item.text = "".join(lines[first - 1 : last])
+        item.text = "".join(lines[first - 1 : last])  # ast's lines: "\u2028" ends none
         out.items.append(item)
     for item in out.items:
         if item.cell.train_options is not None and item.kind in ("statement", "constant"):
@@ -128,7 +137,7 @@ def analyze(nb: Notebook) -> Analysis:
 
 
 def _paired(
-    body: Sequence[cst.BaseStatement], same: list[ast.stmt]
+    body: Sequence[cst.BaseStatement], same: list[ast.stmt], gates: bool = True
 ) -> list[tuple[cst.BaseStatement, list[ast.stmt]]]:
     """Top-level statements with `if __name__ == "__main__":` gates replaced by their body, each
     with the `ast` statements of its text (a line `a = 1; b = 2` is one libcst statement)."""
@@ -137,10 +146,10 @@ def _paired(
     for statement in body:
         count = len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
         group, at = same[at : at + count], at + count
-        if isinstance(statement, cst.If) and _main_gate(statement):
+        if gates and isinstance(statement, cst.If) and _main_gate(statement):
             block = statement.body
             if isinstance(block, cst.IndentedBlock) and isinstance(group[0], ast.If):
-                opened.extend(_paired(block.body, group[0].body))
+                opened.extend(_paired(block.body, group[0].body, gates=False))
                 continue
         opened.append((statement, group))
     return opened
@@ -261,13 +270,13 @@ def _plain(value: object) -> bool:
 
 
 _BINDING = (
-    cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.NamedExpr, cst.ExceptHandler,
+    cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.ExceptHandler,
     cst.ExceptStarHandler, cst.AsName, cst.FunctionDef, cst.ClassDef, cst.Import, cst.ImportFrom,
 )  # fmt: skip
 
 
 def _bound(node: cst.CSTNode) -> tuple[str, ...]:
-    """Names a top-level statement binds: assignment, for, with and `:=` targets, nested defs. Not
+    """Names a top-level statement binds: assignment, for and with targets, nested defs. Not
     `except E as ex`'s `ex`: Python deletes it at the end of the handler, so nothing after the
     statement can read it (only the handler itself does)."""
     names: dict[str, None] = {}
@@ -278,9 +287,7 @@ def _bound(node: cst.CSTNode) -> tuple[str, ...]:
     for found in walk(node):  # one pass; the names in the order the three kinds were found in
         if not isa(found, _BINDING):
             continue
-        if isinstance(
-            found, cst.AssignTarget | cst.AnnAssign | cst.AugAssign | cst.For | cst.NamedExpr
-        ):
+        if isinstance(found, cst.AssignTarget | cst.AnnAssign | cst.AugAssign | cst.For):
             targets.append(found.target)
         elif isinstance(found, cst.ExceptHandler | cst.ExceptStarHandler) and found.name:
             handlers.add(id(found.name))

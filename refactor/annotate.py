@@ -181,7 +181,7 @@ def apply(
             added = render.imports
             code = insert_after_imports(
                 code,
-                import_text(added, have_flag=flag),
+                import_text(code, added, have_flag=flag),
                 functools.partial(add_imports, lines=added, have_flag=flag),
             )
         out[path] = code

@@ -68,7 +68,11 @@ def edit_headers(
     if spans is None:
         return cst.parse_module(code).visit(transformer()).code
     lines = code.split("\n")
-    for first, last, owner, node in sorted(spans, key=lambda s: s[0], reverse=True):
+    # transformed in the order of the source (a transformer may keep state from one function
+    # to the next: `annotate`'s renderer picks the short name of a type where it first meets
+    # it), put back from the last so that earlier line numbers still hold
+    edits: list[tuple[int, int, str]] = []
+    for first, last, owner, node in sorted(spans, key=lambda s: s[0]):
         head = f"class {owner}:\n" if owner else ""
         inner = node.body[0]
         start = min([inner.lineno, *(d.lineno for d in getattr(inner, "decorator_list", []))])
@@ -78,14 +82,16 @@ def edit_headers(
             end = "\n" if last < len(lines) else ""  # a body on the signature's line: all of it
             part = cst.parse_module(head + "\n".join(lines[first - 1 : last]) + end)
             done = part.visit(transformer()).code[len(head) :]
-            lines[first - 1 : last] = [done.removesuffix(end) if end else done]
+            edits.append((first, last, done.removesuffix(end) if end else done))
             continue
         stub = "\n".join(lines[first - 1 : start - 1]) + f"\n{indent}pass\n"
         done = cst.parse_module(head + stub).visit(transformer()).code[len(head) :]
         kept = done.removesuffix(f"{indent}pass\n")
         if kept == done:  # not expected: the stub's last line is the `pass` it was given
             raise ValueError(f"edit_headers: the stub of line {first} lost its body")
-        lines[first - 1 : start - 1] = [kept.removesuffix("\n")]
+        edits.append((first, start - 1, kept.removesuffix("\n")))
+    for first, last, text in reversed(edits):
+        lines[first - 1 : last] = [text]
     return "\n".join(lines)
 
 

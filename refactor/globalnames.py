@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import re
 import symtable
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -56,6 +57,25 @@ class Scope:
     def glob(self) -> bool:
         return self.parent is None
 
+    @property
+    def kind(self) -> str:
+        return str(self.table.get_type())
+
+    def assigns(self, name: str) -> bool:
+        """A comprehension that binds `name` itself (with `:=`, in the enclosing scope)."""
+        if self.table.get_name() not in _COMPREHENSION.values():
+            return False
+        try:
+            return self.table.lookup(name).is_assigned()
+        except KeyError:
+            return False
+
+    def is_local(self, name: str) -> bool:
+        try:
+            return self.table.lookup(name).is_local()
+        except KeyError:
+            return False
+
     def __post_init__(self) -> None:
         self._children: dict[tuple[str, int], list[symtable.SymbolTable]] = {}
         for child in self.table.get_children():
@@ -65,6 +85,7 @@ class Scope:
         self._cache: dict[str, bool] = {}
 
     def child(self, node: ast.AST, index: int) -> Scope:
+        """The table of `node`, a scope-making node this scope holds (asked in CPython's order)."""
         key = _key(node)
         tables = self._children.get(key, [])
         taken = self._taken.get(key, 0)
@@ -144,7 +165,95 @@ def _name(node: ast.AST) -> tuple[str, bool] | None:
     return None
 
 
-Found = tuple[str, At, Scope, bool]  # a name, where, the scope it is in, whether it is read
+# a name, where, the scope it is in, whether it is read, whether that reads the module's globals
+Found = tuple[str, At, Scope, bool, bool]
+
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def lines_of(text: str) -> list[str]:
+    """`text`'s lines as `ast` numbers them (ends kept): only "\n", "\r\n" and "\r" end a line,
+    where `str.splitlines` also ends one at "\x0c", "\u2028" and the like."""
+    return _LINE.findall(text)
+
+
+def _symtable(source: str, tree: ast.Module) -> symtable.SymbolTable:
+    """CPython's symbol table of the notebook's code. The cells are one module here, which
+    CPython may refuse where each cell alone is fine: `x = 1` in one cell and `global x` at
+    the top of a later one ("assigned to before global declaration"). A `global` statement
+    outside any function does nothing, so those are read as `pass` (same lines and columns)."""
+    try:
+        return symtable.symtable(source, "<notebook>", "exec")
+    except SyntaxError:
+        lines = lines_of(source)
+        todo: list[ast.AST] = [tree]
+        changed = False
+        while todo:
+            node = todo.pop()
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+                continue
+            if isinstance(node, ast.Global) and node.end_lineno == node.lineno:
+                raw = lines[node.lineno - 1].encode()
+                start, end = node.col_offset, node.end_col_offset or node.col_offset
+                stub = b"pass".ljust(end - start)
+                lines[node.lineno - 1] = (raw[:start] + stub + raw[end:]).decode()
+                changed = True
+            todo.extend(ast.iter_child_nodes(node))
+        if not changed:
+            raise
+        return symtable.symtable("".join(lines), "<notebook>", "exec")
+
+
+def _tables(node: ast.AST, scope: Scope, own: dict[int, Scope]) -> None:
+    """The symbol table of each def, class, lambda and comprehension under `node`, matched in
+    the order CPython's symtable makes them (what runs where a scope is defined comes first:
+    defaults, annotations, decorators, bases, a comprehension's first iterable; a dict
+    comprehension's value before its key), so that two of a kind on one line get theirs."""
+    todo: list[tuple[ast.AST, Scope] | tuple[ast.AST, Scope, bool]] = [(node, scope)]
+    while todo:
+        item = todo.pop()
+        current, where = item[0], item[1]
+        if len(item) == 3:  # the scope-making node itself, once its outer parts are done
+            inside = own[id(current)] = where.child(current, 0)
+            todo.extend((part, inside) for part in reversed(_cpython_inner(current)))
+            continue
+        if isinstance(current, _SCOPED):
+            todo.append((current, where, True))
+            todo.extend((part, where) for part in reversed(_cpython_outer(current)))
+        else:
+            todo.extend((child, where) for child in reversed(list(ast.iter_child_nodes(current))))
+
+
+def _cpython_outer(node: ast.AST) -> list[ast.AST]:
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        args = node.args
+        out: list[ast.AST] = [*args.defaults, *(d for d in args.kw_defaults if d is not None)]
+        if not isinstance(node, ast.Lambda):
+            annotated = [*args.posonlyargs, *args.args]
+            annotated += [args.vararg] if args.vararg else []
+            annotated += [*args.kwonlyargs, *([args.kwarg] if args.kwarg else [])]
+            out += [a.annotation for a in annotated if a.annotation is not None]
+            out += [node.returns] if node.returns is not None else []
+            out += node.decorator_list
+        return out
+    if isinstance(node, ast.ClassDef):
+        return [*node.bases, *(k.value for k in node.keywords), *node.decorator_list]
+    return [node.generators[0].iter]  # type: ignore[attr-defined]
+
+
+def _cpython_inner(node: ast.AST) -> list[ast.AST]:
+    if isinstance(node, ast.Lambda):
+        return [node.body]
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return list(node.body)
+    generators: list[ast.comprehension] = node.generators  # type: ignore[attr-defined]
+    out: list[ast.AST] = [generators[0].target, *generators[0].ifs]
+    for more in generators[1:]:
+        out += [more.target, more.iter, *more.ifs]
+    if isinstance(node, ast.DictComp):
+        return [*out, node.value, node.key]
+    return [*out, node.elt]  # type: ignore[attr-defined]
 
 
 class Module:
@@ -159,11 +268,16 @@ class Module:
         self.span: dict[int, tuple[int, int]] = {}
         self.own: dict[int, Scope] = {}  # the scope each def, class, lambda, comprehension makes
         self.declared: list[tuple[int, list[str]]] = []  # `global` statements, where in `found`
-        module = Scope(symtable.symtable(source, "<notebook>", "exec"), None)
+        module = Scope(_symtable(source, self.tree), None)
+        _tables(self.tree, module, self.own)
         self._walk(self.tree, module)
 
     def _walk(self, root: ast.AST, scope: Scope) -> None:
         found, span = self.found, self.span
+        # a class body's names bound so far (a read before its class binds the name reads the
+        # module's: `class Config: lr = lr`); a line's value is read before its target is bound
+        bound: dict[Scope, dict[str, At]] = {}
+        met = 0
         stack: list[tuple[ast.AST, Scope] | int] = [(root, scope)]
         while stack:
             top = stack.pop()
@@ -175,14 +289,30 @@ class Module:
             stack.append(id(node))
             if isinstance(node, ast.Global):  # an entry of its own, so that spans hold it
                 self.declared.append((len(found), node.names))
-                found.append((" global", (node.lineno, node.col_offset), scope, False))
+                found.append((" global", (node.lineno, node.col_offset), scope, False, False))
             name = _name(node)
             if name is not None:
                 at: Any = getattr(node, "target", node)
-                found.append((name[0], (at.lineno, at.col_offset), scope, name[1]))
+                where = (at.lineno, at.col_offset)
+                text, read = name
+                if not read:
+                    if scope.kind == "class":
+                        end = (where[0], 1 << 30)
+                        names = bound.setdefault(scope, {})
+                        names[text] = min(names.get(text, end), end)
+                    found.append((text, where, scope, False, scope.glob))
+                else:
+                    glob = scope.is_global(text)
+                    if not glob and scope.kind == "class" and scope.is_local(text):
+                        glob = bound.get(scope, {}).get(text, (1 << 30, 0)) > where
+                    elif glob and scope.assigns(text):  # `[y for x in xs if (y := f(x))]`
+                        glob = False  # the comprehension's own `:=` binds what it reads
+                    found.append((text, where, scope, True, glob))
             if isinstance(node, _SCOPED):
                 outer, inner = _parts(node)
-                own = self.own[id(node)] = scope.child(node, len(self.own))
+                own = self.own[id(node)]
+                own.index = met
+                met += 1
                 # in reverse: the stack gives them back in the order of the source
                 stack.extend((part, own) for part in reversed(inner))
                 stack.extend((part, scope) for part in reversed(outer))
@@ -213,11 +343,11 @@ class Module:
         lists a node's children and goes into the last one first (a class's last method before
         its first, a function before the scopes inside it)."""
         named: dict[Scope, dict[str, None]] = {}
-        for name, _, scope, read in self._of([node]):
+        for name, _, scope, read, glob in self._of([node]):
             if scope.glob:
                 continue
             names = named.setdefault(scope, {})
-            if read and name not in skip and scope.is_global(name):
+            if read and glob and name not in skip:
                 names.setdefault(name, None)
         inside: dict[Scope, list[Scope]] = {}
         roots: list[Scope] = []
@@ -248,14 +378,14 @@ class Module:
         bound = set(binds)
         reads: dict[str, At] = {}
         assigned: dict[str, At] = {}
-        for name, at, scope, read in self._of(nodes):
+        for name, at, _, read, glob in self._of(nodes):
             if name in skip:
                 continue
             if not read:
-                if name in bound and scope.glob:
+                if name in bound and glob:
                     end = (at[0], 1 << 30)  # a line's value is read before its target is bound
                     assigned[name] = min(assigned.get(name, end), end)
-            elif scope.is_global(name):
+            elif glob:
                 reads[name] = min(reads.get(name, at), at)
         ordered = sorted(reads.items(), key=lambda kv: kv[1])
         return tuple(n for n, at in ordered if n not in assigned or at < assigned[n])

@@ -10,6 +10,8 @@ path the notebook imported it by), `.model.SmallNet` (a leading dot) for a class
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -282,9 +284,24 @@ def _import_block(
     return block
 
 
-def import_text(lines: set[str], guarded: bool = True, have_flag: bool = False) -> str:
-    """The text `add_imports` puts after the module's last import (for `cut.insert_after_imports`)."""
-    return cst.Module(body=_import_block(lines, guarded, have_flag)).code
+def import_text(code: str, lines: set[str], guarded: bool = True, have_flag: bool = False) -> str:
+    """The text `add_imports` puts after the last import of the module `code` (for
+    `cut.insert_after_imports`), indented as libcst would indent it there: by the module's
+    first indentation."""
+    block = _import_block(lines, guarded, have_flag)
+    return cst.Module(body=block, default_indent=_default_indent(code)).code
+
+
+def _default_indent(code: str) -> str:
+    """The whitespace of the first indented line of `code`, as libcst's parser takes it for a
+    module's `default_indent` (four spaces when there is none)."""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(code).readline):
+            if token.type == tokenize.INDENT:
+                return token.string
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return "    "
 
 
 class ByQualname(cst.CSTTransformer):

@@ -169,6 +169,20 @@ def test_annotations_by_cut_equal_whole_module() -> None:
 def test_guarded_imports_by_text_equal_add_imports(code: str, have_flag: bool) -> None:
     lines = {"import numpy", "from torch import Tensor"}
     expected = add_imports(cst.parse_module(code), lines, have_flag=have_flag).code
-    text = import_text(lines, have_flag=have_flag)
+    text = import_text(code, lines, have_flag=have_flag)
     fallback = lambda t: add_imports(t, lines, have_flag=have_flag)  # noqa: E731
     assert insert_after_imports(code, text, fallback) == expected
+
+
+def test_annotations_by_cut_render_in_source_order() -> None:
+    """The renderer gives the short name to the type it meets first (`Foo` for `alpha.Foo`,
+    then `beta.Foo` in full): the cut way meets the functions in the same order."""
+    from jupyter_trainmate.refactor.annotate import Signature
+
+    code = "def f(a):\n    return a\n\n\ndef g(b):\n    return b\n"
+    sigs = {"f": Signature({"a": T("alpha.Foo")}), "g": Signature({"b": T("beta.Foo")})}
+    whole = Renderer("m", {}, set(), frozenset())
+    expected = cst.parse_module(code).visit(SetAnnotations(sigs, whole)).code
+    cut = Renderer("m", {}, set(), frozenset())
+    assert edit_headers(code, set(sigs), lambda: SetAnnotations(sigs, cut)) == expected
+    assert cut.imports == whole.imports
