@@ -8,9 +8,10 @@ top-level functions and the methods of top-level classes they name. `edit_header
 of those out by its lines (Python's `ast` finds them) down to the line before its body, runs the
 transformer on that alone (with `pass` for a body; a method inside `class Name:`) and puts the
 text back: the bodies, most of the module, are never parsed or written again (annotating 500
-real cells' package: 1.6 s -> 0.5 s). `insert_after_imports` puts lines where `typeexpr.add_imports` would. Anything else (a named function inside an `if` or a nested class, a module without a lone
-import, "\r" in the text) goes through libcst as before: the text is the same either way
-(tests/test_refactor_typecheck_edit.py compares them).
+real cells' package: 1.6 s -> 0.5 s). `insert_after_imports` puts lines where
+`typeexpr.add_imports` would. Anything else (a named function inside an `if` or a nested class,
+a module without a lone import, "\r" in the text) goes through libcst as before: the text is the
+same either way (tests/test_refactor_typecheck_edit.py compares them).
 """
 
 from __future__ import annotations
