@@ -4,8 +4,8 @@ Step 2: parse every code cell with libcst and say what each top-level statement 
 Each statement becomes an `Item`: an import, a function, a class, a constant (a name bound to a
 literal: a hyperparameter), or a plain statement (notebook state: `model = Net()`, the loop, a
 print). Python's own scope analysis (`globalnames`) gives, for every function and class, the
-global names it reads (its free variables); for a statement, the names it reads and binds. `if __name__ ==
-"__main__":` gates are opened (their body is top-level code of a script). A cell that does not
+global names it reads (its free variables); for a statement, the names it reads and binds.
+`if __name__ == "__main__":` gates are opened (their body is top-level code of a script). A cell that does not
 parse is a `BadCell` with its line (assignment placeholders like `<YOUR CODE>` are common).
 """
 

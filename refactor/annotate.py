@@ -19,12 +19,12 @@ from typing import Any
 
 import libcst as cst
 
-from .cut import edit_headers, insert_after_imports
+from .cut import edit_headers
 from .infer import infer
 from .symbols import Package, index
 from .traced import recorded
 from .typecheck import Checked, check
-from .typeexpr import NONE, ByQualname, Renderer, Ty, add_imports, import_text
+from .typeexpr import NONE, ByQualname, Renderer, Ty, add_imports, add_imports_text
 
 
 @dataclass(frozen=True)
@@ -177,14 +177,7 @@ def apply(
             continue
         # the signatures alone go through libcst: the bodies are neither parsed nor written
         code = edit_headers(files[path], set(mine), functools.partial(SetAnnotations, mine, render))
-        if render.imports:
-            added = render.imports
-            code = insert_after_imports(
-                code,
-                import_text(code, added, have_flag=flag),
-                functools.partial(add_imports, lines=added, have_flag=flag),
-            )
-        out[path] = code
+        out[path] = add_imports_text(code, render.imports, have_flag=flag)
     return out
 
 

@@ -9,8 +9,9 @@ Python's own rules (a class body's names are not seen by its methods, comprehens
 local, `global` and `nonlocal`) rather than a reimplementation of them.
 
 Each function, class, lambda and comprehension of `ast` is matched to its symbol table by
-kind, name and line (with the order of the source where two share a line), and a `Name` is read
-from the global scope when the table it is read in says so. The answers are those
+kind, name and line, in the order CPython makes the tables (where two of a kind share a line),
+and a `Name` is read from the global scope when the table it is read in says so (a class body's
+read before the class binds the name, too: Python looks it up in the globals then). The answers are those
 `analyze` gave with libcst, in the same order: for a definition, the global names its body
 reads in order of the scopes (its own first) and then of first use; for a statement, the names it
 reads before it binds them, in the order of the source.
@@ -51,7 +52,7 @@ class Scope:
 
     table: symtable.SymbolTable
     parent: Scope | None  # None for the module's own scope
-    index: int = 0  # the order in which the walk of the source met the scope
+    index: int = 0  # the order in which the walk of the source met the scope (set by it)
 
     @property
     def glob(self) -> bool:
@@ -84,7 +85,7 @@ class Scope:
         self._taken: dict[tuple[str, int], int] = {}
         self._cache: dict[str, bool] = {}
 
-    def child(self, node: ast.AST, index: int) -> Scope:
+    def child(self, node: ast.AST) -> Scope:
         """The table of `node`, a scope-making node this scope holds (asked in CPython's order)."""
         key = _key(node)
         tables = self._children.get(key, [])
@@ -92,7 +93,7 @@ class Scope:
         self._taken[key] = taken + 1
         if taken >= len(tables):  # not expected: CPython makes a table for every such node
             raise LookupError(f"no symbol table for {key}")
-        return Scope(tables[taken], self, index)
+        return Scope(tables[taken], self)
 
     def is_global(self, name: str) -> bool:
         """Whether `name`, read here, is looked up in the module's globals."""
@@ -115,9 +116,12 @@ class Scope:
         return found
 
 
-def _parts(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
-    """A scope-making node's parts: those run where it is defined (decorators, defaults,
-    annotations, bases, a comprehension's first iterable), and those run in its own scope."""
+def _parts(node: ast.AST, cpython: bool = False) -> tuple[list[ast.AST], list[ast.AST]]:
+    """A scope-making node's parts: those run where it is defined (defaults, annotations,
+    decorators, bases, a comprehension's first iterable), and those run in its own scope. In
+    the order of the source, or (`cpython`) in the order CPython's symtable visits them (a
+    `*args` annotation before the keyword-only ones, a dict comprehension's value before its
+    key), which is the order it makes the tables of the scopes inside them in."""
     outer: list[ast.AST] = []
     inner: list[ast.AST] = []
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
@@ -126,8 +130,10 @@ def _parts(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
         if isinstance(node, ast.Lambda):
             inner.append(node.body)
         else:
-            every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
-            every += [a for a in (args.vararg, args.kwarg) if a is not None]
+            star = [args.vararg] if args.vararg else []
+            every = [*args.posonlyargs, *args.args]
+            every += [*star, *args.kwonlyargs] if cpython else [*args.kwonlyargs, *star]
+            every += [args.kwarg] if args.kwarg else []
             outer += [a.annotation for a in every if a.annotation is not None]
             outer += [node.returns] if node.returns is not None else []
             outer += node.decorator_list
@@ -142,7 +148,7 @@ def _parts(node: ast.AST) -> tuple[list[ast.AST], list[ast.AST]]:
         for more in generators[1:]:
             inner += [more.target, more.iter, *more.ifs]
         if isinstance(node, ast.DictComp):
-            inner += [node.key, node.value]
+            inner += [node.value, node.key] if cpython else [node.key, node.value]
         else:
             inner.append(node.elt)  # type: ignore[attr-defined]
     return outer, inner
@@ -215,45 +221,14 @@ def _tables(node: ast.AST, scope: Scope, own: dict[int, Scope]) -> None:
         item = todo.pop()
         current, where = item[0], item[1]
         if len(item) == 3:  # the scope-making node itself, once its outer parts are done
-            inside = own[id(current)] = where.child(current, 0)
-            todo.extend((part, inside) for part in reversed(_cpython_inner(current)))
+            inside = own[id(current)] = where.child(current)
+            todo.extend((part, inside) for part in reversed(_parts(current, cpython=True)[1]))
             continue
         if isinstance(current, _SCOPED):
             todo.append((current, where, True))
-            todo.extend((part, where) for part in reversed(_cpython_outer(current)))
+            todo.extend((part, where) for part in reversed(_parts(current, cpython=True)[0]))
         else:
             todo.extend((child, where) for child in reversed(list(ast.iter_child_nodes(current))))
-
-
-def _cpython_outer(node: ast.AST) -> list[ast.AST]:
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-        args = node.args
-        out: list[ast.AST] = [*args.defaults, *(d for d in args.kw_defaults if d is not None)]
-        if not isinstance(node, ast.Lambda):
-            annotated = [*args.posonlyargs, *args.args]
-            annotated += [args.vararg] if args.vararg else []
-            annotated += [*args.kwonlyargs, *([args.kwarg] if args.kwarg else [])]
-            out += [a.annotation for a in annotated if a.annotation is not None]
-            out += [node.returns] if node.returns is not None else []
-            out += node.decorator_list
-        return out
-    if isinstance(node, ast.ClassDef):
-        return [*node.bases, *(k.value for k in node.keywords), *node.decorator_list]
-    return [node.generators[0].iter]  # type: ignore[attr-defined]
-
-
-def _cpython_inner(node: ast.AST) -> list[ast.AST]:
-    if isinstance(node, ast.Lambda):
-        return [node.body]
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-        return list(node.body)
-    generators: list[ast.comprehension] = node.generators  # type: ignore[attr-defined]
-    out: list[ast.AST] = [generators[0].target, *generators[0].ifs]
-    for more in generators[1:]:
-        out += [more.target, more.iter, *more.ifs]
-    if isinstance(node, ast.DictComp):
-        return [*out, node.value, node.key]
-    return [*out, node.elt]  # type: ignore[attr-defined]
 
 
 class Module:
@@ -389,15 +364,3 @@ class Module:
                 reads[name] = min(reads.get(name, at), at)
         ordered = sorted(reads.items(), key=lambda kv: kv[1])
         return tuple(n for n, at in ordered if n not in assigned or at < assigned[n])
-
-
-def opened(body: list[ast.stmt], gates: Iterable[bool]) -> list[ast.stmt]:
-    """Top-level statements with the `if __name__ == "__main__":` gates `analyze` opened
-    (`gates`: for each statement of `body`, whether it is one) replaced by their body."""
-    out: list[ast.stmt] = []
-    for statement, gate in zip(body, gates, strict=True):
-        if gate and isinstance(statement, ast.If):
-            out.extend(statement.body)
-        else:
-            out.append(statement)
-    return out

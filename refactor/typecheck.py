@@ -26,8 +26,8 @@ from typing import Any
 
 import libcst as cst
 
-from .cut import edit_headers, insert_after_imports
-from .typeexpr import ByQualname, add_imports
+from .cut import edit_headers
+from .typeexpr import ByQualname, add_imports_text
 
 ROUNDS = 4
 ERROR = re.compile(
@@ -303,8 +303,7 @@ def _edited(code: str, drop: Mapping[str, set[str]], decorate: set[str]) -> str:
 
 def _import_no_type_check(code: str) -> str:
     """`add_imports(tree, {"from typing import no_type_check"}, guarded=False)`, on the text."""
-    line = "from typing import no_type_check"
-    return insert_after_imports(code, line, lambda t: add_imports(t, {line}, guarded=False))
+    return add_imports_text(code, {"from typing import no_type_check"}, guarded=False)
 
 
 def _plan_edits(

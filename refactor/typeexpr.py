@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from .cut import insert_after_imports
+
 BUILTINS = frozenset(
     {"int", "float", "str", "bool", "bytes", "complex", "None", "range", "object", "slice"}
 )
@@ -284,12 +286,19 @@ def _import_block(
     return block
 
 
-def import_text(code: str, lines: set[str], guarded: bool = True, have_flag: bool = False) -> str:
-    """The text `add_imports` puts after the last import of the module `code` (for
-    `cut.insert_after_imports`), indented as libcst would indent it there: by the module's
-    first indentation."""
+def add_imports_text(
+    code: str, lines: set[str], guarded: bool = True, have_flag: bool = False
+) -> str:
+    """`add_imports(cst.parse_module(code), lines, guarded, have_flag).code` without parsing
+    the module: the block goes in as text after its last import (`cut.insert_after_imports`),
+    indented as libcst would indent it there, by the module's first indentation."""
+    if not lines:
+        return code
     block = _import_block(lines, guarded, have_flag)
-    return cst.Module(body=block, default_indent=_default_indent(code)).code
+    text = cst.Module(body=block, default_indent=_default_indent(code)).code
+    return insert_after_imports(
+        code, text, lambda tree: add_imports(tree, lines, guarded, have_flag)
+    )
 
 
 def _default_indent(code: str) -> str:

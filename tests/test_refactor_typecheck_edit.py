@@ -8,9 +8,9 @@ import libcst as cst
 import pytest
 
 from jupyter_trainmate.refactor.annotate import SetAnnotations
-from jupyter_trainmate.refactor.cut import edit_headers, insert_after_imports
+from jupyter_trainmate.refactor.cut import edit_headers
 from jupyter_trainmate.refactor.typecheck import _Edit, _edited, _import_no_type_check
-from jupyter_trainmate.refactor.typeexpr import Renderer, T, add_imports, import_text
+from jupyter_trainmate.refactor.typeexpr import Renderer, T, add_imports, add_imports_text
 
 MODULE = '''"""Doc."""
 import torch
@@ -169,9 +169,7 @@ def test_annotations_by_cut_equal_whole_module() -> None:
 def test_guarded_imports_by_text_equal_add_imports(code: str, have_flag: bool) -> None:
     lines = {"import numpy", "from torch import Tensor"}
     expected = add_imports(cst.parse_module(code), lines, have_flag=have_flag).code
-    text = import_text(code, lines, have_flag=have_flag)
-    fallback = lambda t: add_imports(t, lines, have_flag=have_flag)  # noqa: E731
-    assert insert_after_imports(code, text, fallback) == expected
+    assert add_imports_text(code, lines, have_flag=have_flag) == expected
 
 
 def test_annotations_by_cut_render_in_source_order() -> None:
