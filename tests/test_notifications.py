@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from jupyter_trainmate.runtime.options import parse_options
-from jupyter_trainmate.runtime.status import ended_dir
+from jupyter_trainmate.runtime.status import StatusWriter, ended_dir
 from jupyter_trainmate.server.handlers import MetricsState
 from jupyter_trainmate.server.runs import list_ended, list_runs
+from jupyter_trainmate.sweep.notice import IDLE
 
 from .train_harness import COMMON, fresh_shell
 
@@ -86,13 +87,8 @@ async def test_ended_endpoint_lists_recent_runs_with_their_lab_path(
     assert body == {"ended": [{**record, "path": "sub/nb.ipynb"}]}
 
 
-def test_a_sweep_is_one_entry_in_the_sidebar_and_ends_with_one_notice(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Its trials show in the sweep's own status file (no entry, no toast of their own); the
-    search's end is one ended record with the best value."""
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
-    monkeypatch.chdir(tmp_path)
+def _sweep_seeing_the_sidebar(tmp_path: Path) -> list[list[str]]:
+    """A 3-trial sweep whose trials each read the sidebar's runs; what each saw."""
     ip = fresh_shell()
     ip.run_cell(COMMON + "\nseen = []\n").raise_error()
     cell = (
@@ -106,8 +102,23 @@ def test_a_sweep_is_one_entry_in_the_sidebar_and_ends_with_one_notice(
     ip.run_cell(
         f"%%train --display off --sweep 3 --monitor acc --mode max --study s --seed 1\n{cell}"
     ).raise_error()
-    assert ip.user_ns["seen"] == [["sweep s: trial 1 of 3"], ["sweep s: trial 2 of 3"],
-                                  ["sweep s: trial 3 of 3"]]  # fmt: skip
+    seen: list[list[str]] = ip.user_ns["seen"]
+    return seen
+
+
+def test_a_sweep_is_one_entry_in_the_sidebar_and_ends_with_one_notice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its trials show in the sweep's own status file (no entry, no toast of their own); the
+    search's end is one ended record with the best value."""
+    from jupyter_trainmate.sweep import notice
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(notice, "RENAME_S", 0.0)  # every trial's start writes its name
+    assert _sweep_seeing_the_sidebar(tmp_path) == [
+        ["sweep s: trial 1 of 3"], ["sweep s: trial 2 of 3"], ["sweep s: trial 3 of 3"]
+    ]  # fmt: skip
     [ended] = _ended(tmp_path)
     assert ended["run_name"] == "sweep s: 3 trial(s)"
     assert ended["outcome"] == "finished"
@@ -115,3 +126,42 @@ def test_a_sweep_is_one_entry_in_the_sidebar_and_ends_with_one_notice(
     assert ended["metrics"] == {"best acc": 0.75}
     assert ended["sweep"] == {"study": "s", "trials": 3}
     assert list_runs(tmp_path / "trainmate-runs") == []
+
+
+def test_a_trials_start_writes_the_sidebar_at_most_once_a_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first trial's name is written at its start; a trial starting within `RENAME_S` of
+    that write leaves its name to the next write (a display thread's, once a second), so three
+    short trials show the first one's name. The sweep's end is the same one notice."""
+    from jupyter_trainmate.display import live
+    from jupyter_trainmate.sweep import notice
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(notice, "RENAME_S", 3600.0)
+    monkeypatch.setattr(live, "SAMPLE_S", 3600.0)  # no display thread writes within a trial
+    writes: list[str] = []
+    real_write = StatusWriter.write
+
+    def counted(self: StatusWriter) -> None:
+        writes.append(str(self._identity["run_name"]))
+        real_write(self)
+
+    monkeypatch.setattr(StatusWriter, "write", counted)
+    assert _sweep_seeing_the_sidebar(tmp_path) == [["sweep s: trial 1 of 3"]] * 3
+    assert writes == ["sweep s: trial 1 of 3"]
+    [ended] = _ended(tmp_path)
+    assert ended["run_name"] == "sweep s: 3 trial(s)"
+    assert list_runs(tmp_path / "trainmate-runs") == []
+
+
+def test_a_name_left_unwritten_is_in_the_next_write(tmp_path: Path) -> None:
+    status = StatusWriter(lambda: IDLE, notebook=None, run_name="a", directory=tmp_path)
+    status.start()
+    status.rename("b", write=False)
+    assert json.loads(status.path.read_text())["run_name"] == "a"
+    status.write()  # as the display thread does once a second
+    assert json.loads(status.path.read_text())["run_name"] == "b"
+    status.stop()
+    assert not status.path.exists()

@@ -101,9 +101,11 @@ class StatusWriter:
         """Show another run's progress from now on (a sweep's status file follows its trials)."""
         self._progress = progress
 
-    def rename(self, run_name: str) -> None:
+    def rename(self, run_name: str, *, write: bool = True) -> None:
+        """The run's new name, written now if `write` and the writer is active (else by the
+        next `write`)."""
         self._identity["run_name"] = run_name
-        if self.active:
+        if write and self.active:
             self.write()
 
     def start(self) -> None:
