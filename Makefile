@@ -34,8 +34,10 @@ typecheck: $(STAMP)
 labextension: $(STAMP)
 	npm --prefix labextension run build:prod
 
+# Two workers (the 2-core machines this runs on), a whole test file to each (`loadfile`): a
+# module's fixtures (a package refactored, a notebook executed, a wheel built) are made once.
 pytest: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
