@@ -7,8 +7,22 @@ import pytest
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 
+# The files that take minutes, longest first. `make test` runs two workers, a whole file to each
+# (`--dist loadfile`), handed out in collection order: these start first, and the many short
+# files fill in around them, so the two workers end together (the wheel's file, collected last
+# alphabetically, otherwise ran alone at the end).
+FIRST = (
+    "test_refactor.py", "test_browser.py", "test_notebooks.py", "test_wheel.py",
+    "test_refactor_types.py", "test_deploy.py", "test_refactor_dataflow.py",
+    "test_refactor_equivalence.py", "test_refactor_corpus_tests.py", "test_sweep.py",
+)  # fmt: skip
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`gpu` tests run on a machine where torch sees a CUDA GPU, and skip elsewhere."""
+    """The longest files first (`FIRST`); `gpu` tests run on a machine where torch sees a CUDA
+    GPU, and skip elsewhere."""
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: order kept within
     import torch
 
     if torch.cuda.is_available():
