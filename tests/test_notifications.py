@@ -16,7 +16,7 @@ from jupyter_trainmate.server.handlers import MetricsState
 from jupyter_trainmate.server.runs import list_ended, list_runs
 from jupyter_trainmate.sweep.notice import IDLE
 
-from .train_harness import COMMON, fresh_shell
+from .train_harness import COMMON, fresh_shell, status_writes
 
 LOOP = """
 import jupyter_trainmate
@@ -141,14 +141,7 @@ def test_a_trials_start_writes_the_sidebar_at_most_once_a_second(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(notice, "RENAME_S", 3600.0)
     monkeypatch.setattr(live, "SAMPLE_S", 3600.0)  # no display thread writes within a trial
-    writes: list[str] = []
-    real_write = StatusWriter.write
-
-    def counted(self: StatusWriter) -> None:
-        writes.append(str(self._identity["run_name"]))
-        real_write(self)
-
-    monkeypatch.setattr(StatusWriter, "write", counted)
+    writes = status_writes(monkeypatch)
     assert _sweep_seeing_the_sidebar(tmp_path) == [["sweep s: trial 1 of 3"]] * 3
     assert writes == ["sweep s: trial 1 of 3"]
     [ended] = _ended(tmp_path)

@@ -16,13 +16,14 @@ import torch
 
 from jupyter_trainmate import TrainmateError
 from jupyter_trainmate.runtime.options import TrainOptions
-from jupyter_trainmate.runtime.status import StatusWriter, ended_dir
+from jupyter_trainmate.runtime.status import ended_dir
 from jupyter_trainmate.sweep.driver import _pick_name, trial_name
 from jupyter_trainmate.sweep.notice import SweepNotice
 from jupyter_trainmate.sweep.space import Snapshot
 from jupyter_trainmate.sweep.summary import SweepSummary, last_sweep
 
 from .test_sweep import SUGGEST_CELL, shell, sweep
+from .train_harness import status_writes
 
 
 def last() -> SweepSummary:
@@ -89,14 +90,7 @@ def test_the_sweeps_end_writes_no_status_file_before_removing_it(
     status = notice.status
     assert status is not None
     notice.trial(1)
-    writes: list[str] = []
-    real_write = StatusWriter.write
-
-    def counted(self: StatusWriter) -> None:
-        writes.append(str(self._identity["run_name"]))
-        real_write(self)
-
-    monkeypatch.setattr(StatusWriter, "write", counted)
+    writes = status_writes(monkeypatch)
     notice.end("finished", None)
     assert writes == []
     assert not status.path.exists()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_trainmate import RunSummary, last_run
+from jupyter_trainmate.runtime.status import StatusWriter
 
 COMMON = """
 import random
@@ -85,3 +87,16 @@ def assert_retried_as_micro_batches(ip: InteractiveShell) -> None:
     assert summary.outcome == "finished"
     assert summary.optimizer_steps == 16
     assert any("the batch of 32 now runs as 2 micro-batches of 16" in e for e in summary.events)
+
+
+def status_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The run name of every status file write from now on (each write still happens)."""
+    writes: list[str] = []
+    real_write = StatusWriter.write
+
+    def counted(self: StatusWriter) -> None:
+        writes.append(str(self._identity["run_name"]))
+        real_write(self)
+
+    monkeypatch.setattr(StatusWriter, "write", counted)
+    return writes
