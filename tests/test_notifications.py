@@ -143,9 +143,25 @@ def test_a_trials_start_writes_the_sidebar_at_most_once_a_second(
     monkeypatch.setattr(live, "SAMPLE_S", 3600.0)  # no display thread writes within a trial
     writes = status_writes(monkeypatch)
     assert _sweep_seeing_the_sidebar(tmp_path) == [["sweep s: trial 1 of 3"]] * 3
-    assert writes == ["sweep s: trial 1 of 3"]
+    assert writes == ["sweep s: 3 trial(s)", "sweep s: trial 1 of 3"]  # the search's start, then
     [ended] = _ended(tmp_path)
     assert ended["run_name"] == "sweep s: 3 trial(s)"
+    assert list_runs(tmp_path / "trainmate-runs") == []
+
+
+def test_a_parallel_sweep_is_in_the_sidebar_before_any_trial_of_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--parallel` trials run in worker processes: the sweep's own entry is written when the
+    search starts, not left to a trial's start in this process."""
+    from jupyter_trainmate.sweep.notice import SweepNotice
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    notice = SweepNotice("s", 4, parse_options("--sweep 4 --parallel 2 --monitor val"), None)
+    assert [r["run_name"] for r in list_runs(tmp_path / "trainmate-runs")] == [
+        "sweep s: 4 trial(s), 2 at a time"
+    ]
+    notice.end("finished", None)
     assert list_runs(tmp_path / "trainmate-runs") == []
 
 

@@ -7,10 +7,11 @@ length (named `sweep STUDY: trial K of N`), which shows the trial in progress (i
 its outcome, its length, the best value of `--monitor`, the trials as its epochs. Trials of
 `--parallel` run in other processes and write their own status files, with a `quiet` end.
 
-The file is written when the first trial starts, then at most once a second (`RENAME_S`) by a
-trial's start, and once a second by each trial's display thread (its progress): the sidebar polls
-every two seconds, and an atomic rewrite of the file at every trial's start was the largest
-part of a short trial's own cost (about 0.5 ms of a 15 ms trial, BENCHMARKS.md).
+The file is written when the search starts and when its first trial starts, then at most once a
+second (`RENAME_S`) by a trial's start, and once a second by each trial's display thread (its
+progress): the sidebar polls every two seconds, and an atomic rewrite of the file at every
+trial's start was the largest part of a short trial's own cost (about 0.5 ms of a 15 ms trial,
+BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ class SweepNotice:
             run_name=f"sweep {study}: {todo} trial(s){parallel}",
             notify_after=options.notify_after,
         )
-        # Written by the first trial's start; a first write that fails (no runtime dir, a
-        # read-only home) leaves no sidebar entry, and nothing is reported (`start_later`).
-        self.status.start_later()
+        try:  # written now: a `--parallel` sweep calls no `trial` here, and shows this entry
+            self.status.start()
+        except OSError:  # no runtime dir (read-only home): no sidebar entry, no toast
+            self.status = None
         self._written = -math.inf  # when a trial's start last wrote the file (monotonic)
 
     def trial(self, number: int) -> None:
