@@ -36,8 +36,10 @@ labextension: $(STAMP)
 
 # Two workers (the 2-core machines this runs on), a whole test file to each (`loadfile`): a
 # module's fixtures (a package refactored, a notebook executed, a wheel built) are made once.
+# Files are handed out in collection order, which tests/conftest.py starts with the longest
+# (`--no-loadscope-reorder`: xdist would order them by their number of tests).
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

@@ -8,9 +8,9 @@ pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 
 # The files that take minutes, longest first. `make test` runs two workers, a whole file to each
-# (`--dist loadfile`), handed out in collection order: these start first, and the many short
-# files fill in around them, so the two workers end together (the wheel's file, collected last
-# alphabetically, otherwise ran alone at the end).
+# (`--dist loadfile`), handed out in collection order (`--no-loadscope-reorder`; xdist's own order,
+# by number of tests, left the browser's and the wheel's few long tests to the end): these start
+# first, and the many short files fill in around them, so the two workers end together.
 FIRST = (
     "test_refactor.py", "test_browser.py", "test_notebooks.py", "test_wheel.py",
     "test_refactor_types.py", "test_deploy.py", "test_refactor_dataflow.py",

@@ -4,10 +4,12 @@ side effects, pass ruff and pyflakes, train, and come out byte-identical on a se
 from __future__ import annotations
 
 import ast
+import atexit
 import hashlib
 import json
 import os
 import re
+import shutil
 import site
 import subprocess
 import sys
@@ -42,6 +44,7 @@ def mypy(cwd: Path, package: str) -> subprocess.CompletedProcess[str]:
     each time, six calls)."""
     if not _MYPY_CACHE:
         _MYPY_CACHE.append(tempfile.mkdtemp(prefix="trainmate-tests-mypy-"))
+        atexit.register(shutil.rmtree, _MYPY_CACHE[0], ignore_errors=True)  # about 60 MB
     return subprocess.run(
         [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--cache-dir", _MYPY_CACHE[0],
          package],

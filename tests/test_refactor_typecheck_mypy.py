@@ -18,6 +18,21 @@ GOOD = "def double(x: int) -> int:\n    return x * 2\n"
 BAD = 'from .a import double\n\nvalue: str = double(3)\nprint(double("x"))\n'
 
 
+@pytest.fixture(scope="module")
+def own_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
+@pytest.fixture(autouse=True)
+def _own_mypy_cache(own_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This file's mypy runs, and the lock of their cache, use a cache folder of its own: a
+    refactor on the other pytest worker holds the shared folder's lock through its rounds, and
+    checks packages of other contents in it."""
+    from jupyter_trainmate.refactor import typecheck
+
+    monkeypatch.setattr(typecheck, "cache_dir", lambda: str(own_cache / "cache"))
+
+
 def _package(folder: Path) -> Path:
     """`folder/pkg`: a module that is right (`a`) and one with two errors (`b`)."""
     package = folder / "pkg"

@@ -1,8 +1,8 @@
 """The wheel carries the prebuilt lab extension and the server config; installing it needs no Node.
 
-Builds the wheel from this checkout (hatch-jupyter-builder runs npm), installs it into a fresh
-virtual environment whose PATH holds no `node`, and asks Jupyter itself whether the extensions are
-there, enabled and OK.
+Builds the wheel from a copy of this checkout (hatch-jupyter-builder runs npm), installs it into a
+fresh virtual environment whose PATH holds no `node`, and asks Jupyter itself whether the extensions
+are there, enabled and OK.
 """
 
 from __future__ import annotations
@@ -30,10 +30,33 @@ def run(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> 
     return ANSI.sub("", proc.stdout + proc.stderr)
 
 
+def checkout_copy(dest: Path) -> Path:
+    """The checkout's files (tracked, and untracked ones git does not ignore) copied to `dest`,
+    the lab extension's `node_modules` linked. The wheel's build hook runs `npm run build:prod`,
+    which empties and rebuilds `jupyter_trainmate/labextension` in the tree it builds: in the
+    checkout itself, that pulled the extension from under the browser tests of the other pytest
+    worker (`make test` runs two)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, check=True,
+    ).stdout.decode()  # fmt: skip
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if not source.is_symlink() and not source.is_file():
+            continue  # deleted in the working tree, not yet in git
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, dest / name, follow_symlinks=False)
+    modules = ROOT / "labextension" / "node_modules"
+    if modules.is_dir():  # `make test` installed them (npm ci) before pytest
+        (dest / "labextension" / "node_modules").symlink_to(modules, target_is_directory=True)
+    return dest
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dist = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(ROOT)])
+    source = checkout_copy(tmp_path_factory.mktemp("checkout"))
+    run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(source)])
     (built,) = dist.glob("jupyter_trainmate-*.whl")
     return built
 
