@@ -5,8 +5,9 @@ Each statement becomes an `Item`: an import, a function, a class, a constant (a 
 literal: a hyperparameter), or a plain statement (notebook state: `model = Net()`, the loop, a
 print). Python's own scope analysis (`globalnames`) gives, for every function and class, the
 global names it reads (its free variables); for a statement, the names it reads and binds.
-`if __name__ == "__main__":` gates are opened (their body is top-level code of a script). A cell that does not
-parse is a `BadCell` with its line (assignment placeholders like `<YOUR CODE>` are common).
+`if __name__ == "__main__":` gates are opened (their body is top-level code of a script). A cell
+that does not parse is a `BadCell` with its line (assignment placeholders like `<YOUR CODE>` are
+common).
 """
 
 from __future__ import annotations

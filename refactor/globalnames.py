@@ -11,10 +11,10 @@ local, `global` and `nonlocal`) rather than a reimplementation of them.
 Each function, class, lambda and comprehension of `ast` is matched to its symbol table by
 kind, name and line, in the order CPython makes the tables (where two of a kind share a line),
 and a `Name` is read from the global scope when the table it is read in says so (a class body's
-read before the class binds the name, too: Python looks it up in the globals then). The answers are those
-`analyze` gave with libcst, in the same order: for a definition, the global names its body
-reads in order of the scopes (its own first) and then of first use; for a statement, the names it
-reads before it binds them, in the order of the source.
+read before the class binds the name, too: Python looks it up in the globals then). The answers
+are those `analyze` gave with libcst, in the same order: for a definition, the global names its
+body reads in order of the scopes (its own first) and then of first use; for a statement, the
+names it reads before it binds them, in the order of the source.
 """
 
 from __future__ import annotations
