@@ -168,8 +168,8 @@ class CallSites(cst.CSTTransformer):
         if not isinstance(func, cst.Name) or func.value not in self.callee_params:
             return updated_node
         passed = {a.keyword.value for a in updated_node.args if a.keyword is not None}
-        if any(a.star for a in updated_node.args):
-            passed |= {"**"}
+        if any(a.star == "**" for a in updated_node.args):
+            passed |= {"**"}  # a `**kwargs` may hold them; a `*args` fills no keyword-only one
         args = list(updated_node.args)
         for param in self.callee_params[func.value]:
             if param.name in passed or "**" in passed:

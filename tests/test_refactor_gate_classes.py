@@ -123,3 +123,31 @@ def test_a_name_deleted_in_its_own_section_is_not_returned(tmp_path: Path) -> No
         cwd=out, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert (run.returncode, run.stdout) == (0, "['kept', 'total']\n"), run.stderr
+
+
+def test_a_call_with_star_args_still_passes_the_keyword_only_state(tmp_path: Path) -> None:
+    """`train(net, *data, num_epochs, ...)` (Dive into DL's 3.16 `k_fold`, and d2l-pytorch's
+    copy): the callee gains `loss` as a keyword-only parameter, and a `*args` at the call fills
+    no keyword-only parameter. The call site passed none, so the package raised `TypeError` on
+    the first call, and mypy's "Missing named argument" led the refactor to drop annotations
+    over it instead of showing it."""
+    out = refactored(
+        tmp_path,
+        "star",
+        [
+            new_markdown_cell("# Star\n## Setup"),
+            new_code_cell("def make_scale():\n    return 3.0\nscale = make_scale()"),
+            new_code_cell("def fit(a, b, epochs):\n    return (a + b) * scale * epochs"),
+            new_code_cell("def k_fold(data, epochs):\n    return fit(*data, epochs)"),
+            new_code_cell("result = k_fold((1, 2), 4)\nprint(result)"),
+        ],
+    )
+    assert "return fit(*data, epochs, scale=scale)" in code_of(out, "star")["utils.py"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "star", "train"], cwd=out, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["36.0"]
+    report = (out / "REFACTOR_REPORT.md").read_text()
+    assert "mypy on the package: clean." in report
+    assert "mypy rejected were removed" not in report
