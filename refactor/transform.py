@@ -167,12 +167,13 @@ class CallSites(cst.CSTTransformer):
         func = updated_node.func
         if not isinstance(func, cst.Name) or func.value not in self.callee_params:
             return updated_node
+        # A `*args` fills no keyword-only parameter, and a `**kwargs` none of these: in the
+        # notebook the call's keywords were the callee's own parameters, and what it gained are
+        # the globals it read instead (Dive into DL 3.16's `train(net, *data, ...)`).
         passed = {a.keyword.value for a in updated_node.args if a.keyword is not None}
-        if any(a.star == "**" for a in updated_node.args):
-            passed |= {"**"}  # a `**kwargs` may hold them; a `*args` fills no keyword-only one
         args = list(updated_node.args)
         for param in self.callee_params[func.value]:
-            if param.name in passed or "**" in passed:
+            if param.name in passed:
                 continue
             if param.default is not None and not self.in_run and param.source not in self.local:
                 continue  # a constant this caller does not receive: the default is its value

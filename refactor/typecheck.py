@@ -322,6 +322,7 @@ def _plan_edits(
     for key in ours:
         by_name.setdefault(key.rsplit(".", 1)[-1], []).append(key)
     parsed: dict[str, tuple[list[_Function], list[str]]] = {}  # each module parsed once a round
+    untyped: set[str] = set()  # functions whose every annotation goes this round
     for error in errors:
         if error.module not in parsed:
             code = files.get(f"{package}/{error.module}.py", "")
@@ -340,6 +341,8 @@ def _plan_edits(
             continue
         qualname, fn = where
         key = f".{error.module}.{qualname}"
+        if key in untyped:
+            continue  # mypy does not check it any more
         mine = set(ours.get(key, {}))
         if error.code in ("return-value", "return") and key in returns:
             dropped = _drop(edits, key, {"return"}, removed)
@@ -359,6 +362,21 @@ def _plan_edits(
                 # function is decorated then, one round later and with annotations lost
                 named = set()
             dropped = _drop(edits, key, named, removed)
+        every = _annotated(fn)
+        if (
+            not dropped
+            and "." in qualname
+            and every
+            and every <= mine | ({"return"} if key in returns else set())
+            and _sets_attributes(fn)
+        ):
+            # a method that sets attributes on `self`, all of whose annotations are ours:
+            # decorated, it would leave those attributes without a type for every other method
+            # that reads them (mypy's "Cannot determine type", one round later, and each of those
+            # decorated in turn); without annotations mypy does not check it, its attributes are
+            # Any, and the other methods keep being checked
+            dropped = _drop(edits, key, every, removed)
+            untyped.add(key)
         if not dropped and f"{error.module}.{qualname}" not in decorated:
             decorated[f"{error.module}.{qualname}"] = f"{error.text} (line {error.line})"
             edits.setdefault(error.module, ({}, set()))[1].add(qualname)
@@ -373,6 +391,30 @@ def _read_from(params: set[str], error: _Error, line: str) -> bool:
     return name is not None and any(
         re.search(rf"\b{re.escape(p)}\s*\.\s*{re.escape(name[1])}\b", line) for p in params
     )
+
+
+def _sets_attributes(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether the method assigns an attribute of its first parameter (`self.items = ...`)."""
+    args = [*fn.args.posonlyargs, *fn.args.args]
+    if not args:
+        return False
+    first = args[0].arg
+    for node in ast.walk(fn):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            for part in ast.walk(target):
+                if (
+                    isinstance(part, ast.Attribute)
+                    and isinstance(part.value, ast.Name)
+                    and part.value.id == first
+                    and isinstance(part.ctx, ast.Store)
+                ):
+                    return True
+    return False
 
 
 def _annotated(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:

@@ -125,12 +125,13 @@ def test_a_name_deleted_in_its_own_section_is_not_returned(tmp_path: Path) -> No
     assert (run.returncode, run.stdout) == (0, "['kept', 'total']\n"), run.stderr
 
 
-def test_a_call_with_star_args_still_passes_the_keyword_only_state(tmp_path: Path) -> None:
+def test_calls_with_star_args_still_pass_the_keyword_only_state(tmp_path: Path) -> None:
     """`train(net, *data, num_epochs, ...)` (Dive into DL's 3.16 `k_fold`, and d2l-pytorch's
     copy): the callee gains `loss` as a keyword-only parameter, and a `*args` at the call fills
-    no keyword-only parameter. The call site passed none, so the package raised `TypeError` on
-    the first call, and mypy's "Missing named argument" led the refactor to drop annotations
-    over it instead of showing it."""
+    no keyword-only parameter, nor does a `**kwargs` (its keys were the callee's own
+    parameters). The call sites passed none, so the package raised `TypeError` on the first
+    call, and mypy's "Missing named argument" led the refactor to drop annotations over it
+    instead of showing it."""
     out = refactored(
         tmp_path,
         "star",
@@ -140,14 +141,16 @@ def test_a_call_with_star_args_still_passes_the_keyword_only_state(tmp_path: Pat
             new_code_cell("def fit(a, b, epochs):\n    return (a + b) * scale * epochs"),
             new_code_cell("def k_fold(data, epochs):\n    return fit(*data, epochs)"),
             new_code_cell("result = k_fold((1, 2), 4)\nprint(result)"),
+            new_code_cell("cfg = dict(a=1, b=2, epochs=2)\nprint(fit(**cfg))"),
         ],
     )
     assert "return fit(*data, epochs, scale=scale)" in code_of(out, "star")["utils.py"]
+    assert "print(fit(**cfg, scale=scale))" in code_of(out, "star")["train.py"]
     proc = subprocess.run(
         [sys.executable, "-m", "star", "train"], cwd=out, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["36.0"]
+    assert proc.stdout.split() == ["36.0", "18.0"]
     report = (out / "REFACTOR_REPORT.md").read_text()
     assert "mypy on the package: clean." in report
     assert "mypy rejected were removed" not in report

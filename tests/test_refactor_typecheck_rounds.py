@@ -131,3 +131,36 @@ def test_an_attribute_read_from_a_parameter_drops_that_parameter_s_annotation(
     assert checked.removed == ("a.read(box)", "a.read(scale)")
     assert checked.no_type_check == ()
     assert "def read(box, scale) -> int:" in checked.files["pkg/a.py"]
+
+
+def test_a_method_that_sets_attributes_loses_its_annotations_not_its_class_s_checks(
+    rounds: list[int],
+) -> None:
+    # RL-Adventure's `ReplayBuffer` (and eight more notebooks of the corpora): decorating
+    # `__init__` would leave `self.buffer` without a type, and every method reading it would
+    # fail mypy one round later ("Cannot determine type") and be decorated in turn. All of
+    # `__init__`'s annotations are ours: without them mypy does not check it, `buffer` is Any,
+    # and `size` keeps its annotations and its check
+    code = """
+    from collections import deque
+
+
+    class Buffer:
+        def __init__(self, capacity: int) -> None:
+            self.buffer = deque(maxlen=capacity)
+
+        def size(self, scale: int) -> int:
+            return len(self.buffer) * scale
+    """
+    added = {
+        ".a.Buffer.__init__": SimpleNamespace(params={"capacity": "int"}, returns="None"),
+        ".a.Buffer.size": SimpleNamespace(params={"scale": "int"}, returns="int"),
+    }
+    checked = typecheck.check(_package(code), "pkg", added)
+    assert checked.result == "clean"
+    assert rounds == [1, 0]
+    assert checked.no_type_check == ()
+    assert checked.removed == ("a.Buffer.__init__(capacity)", "a.Buffer.__init__(return)")
+    code = checked.files["pkg/a.py"]
+    assert "    def __init__(self, capacity):\n" in code
+    assert "    def size(self, scale: int) -> int:\n" in code
