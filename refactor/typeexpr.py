@@ -104,7 +104,9 @@ def join(
         rest = [single]
     if not rest:
         return NONE
-    return T(UNION, rest[0], NONE) if optional else rest[0]
+    if optional:
+        return T(UNION, *(rest[0].args if rest[0].name == UNION else rest), NONE)
+    return rest[0]
 
 
 def _join_many(rest: list[Ty], ancestors: Callable[[str], list[str]]) -> Ty | None:
@@ -124,8 +126,16 @@ def _join_many(rest: list[Ty], ancestors: Callable[[str], list[str]]) -> Ty | No
         chains = [ancestors(t.name) for t in rest]
         for candidate in chains[0]:
             if all(candidate in chain for chain in chains[1:]):
+                if candidate == MODULE and len(rest) <= 3 and all(t.name[0] == "." for t in rest):
+                    # the package's own models (RL-Adventure's `current_model`, a `RainbowDQN`
+                    # and later a `RainbowCnnDQN`): `nn.Module` has none of their methods
+                    # (mypy reads `model.act` as `Tensor | Module`), their union has them
+                    return T(UNION, *sorted(rest, key=lambda t: t.name))
                 return T(candidate)
     return None
+
+
+MODULE = "torch.nn.Module"
 
 
 def family_chain(name: str) -> list[str]:
