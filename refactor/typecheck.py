@@ -37,6 +37,7 @@ ERROR = re.compile(
 # function mypy does not check, an undefined name): no parameter's annotation causes them, but
 # for an attribute read from a parameter (`sbs.total_epochs`), where the parameter's type counts
 NOT_A_PARAMETER = frozenset({"var-annotated", "has-type", "name-defined"})
+CALL_CODES = frozenset({"arg-type", "call-arg", "misc"})  # errors of a call's arguments
 HAS_TYPE = re.compile(r'^Cannot determine type of "(\w+)"')
 ARGUMENT = re.compile(
     r'^Argument (?:(?P<n>\d+)|"(?P<name>\w+)") to "(?P<fn>\w+)"(?: of "(?P<cls>\w+)")?'
@@ -332,7 +333,8 @@ def _plan_edits(
         line = lines[error.line - 1] if 0 < error.line <= len(lines) else ""
         dropped = False
         argument = ARGUMENT.match(error.text)
-        if argument and error.code == "arg-type":
+        unpacked = where is not None and error.code in CALL_CODES and _unpacks(where[1], error.line)
+        if argument and error.code == "arg-type" and not unpacked:
             for key in by_name.get(argument["fn"], []):
                 if argument["cls"] and not key.endswith(f"{argument['cls']}.{argument['fn']}"):
                     continue
@@ -344,7 +346,14 @@ def _plan_edits(
         if key in untyped:
             continue  # mypy does not check it any more
         mine = set(ours.get(key, {}))
-        if error.code in ("return-value", "return") and key in returns:
+        if unpacked:
+            # a call that unpacks a sequence (`train(net, *data, epochs)`): once mypy does not
+            # know the sequence's length (an annotation of ours dropped, Dive into DL 3.16), it
+            # maps the later arguments onto parameters by guesswork ("Too many arguments", an
+            # argument checked against the wrong parameter). No annotation causes that: the call
+            # is this function's own code, which is decorated (or left unannotated, below)
+            pass
+        elif error.code in ("return-value", "return") and key in returns:
             dropped = _drop(edits, key, {"return"}, removed)
         elif error.line == fn.lineno or error.line <= (fn.body[0].lineno - 1):
             dropped = _drop(edits, key, mine | ({"return"} if key in returns else set()), removed)
@@ -390,6 +399,16 @@ def _read_from(params: set[str], error: _Error, line: str) -> bool:
     name = HAS_TYPE.match(error.text) if error.code == "has-type" else None
     return name is not None and any(
         re.search(rf"\b{re.escape(p)}\s*\.\s*{re.escape(name[1])}\b", line) for p in params
+    )
+
+
+def _unpacks(fn: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> bool:
+    """Whether a call on `line` of `fn` unpacks a sequence into its arguments (`*args`)."""
+    return any(
+        isinstance(node, ast.Call)
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+        and any(isinstance(a, ast.Starred) for a in node.args)
+        for node in ast.walk(fn)
     )
 
 

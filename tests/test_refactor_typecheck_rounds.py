@@ -164,3 +164,41 @@ def test_a_method_that_sets_attributes_loses_its_annotations_not_its_class_s_che
     code = checked.files["pkg/a.py"]
     assert "    def __init__(self, capacity):\n" in code
     assert "    def size(self, scale: int) -> int:\n" in code
+
+
+def test_a_call_that_unpacks_an_untyped_sequence_decorates_the_caller_not_the_callee(
+    rounds: list[int],
+) -> None:
+    # Dive into DL 3.16's `train(net, *data, num_epochs, ...)`: once `parts` is decorated its
+    # result is Any, and mypy maps `*data` onto every positional parameter ("Too many
+    # arguments", `epochs` checked against `scale`). The callee's annotations are not the
+    # cause and stay; the caller, whose own call fails, is decorated
+    code = """
+    def parts(x: int) -> tuple[int, int]:
+        y: str = 1
+        return x, x
+
+
+    def fit(a: int, b: int, epochs: int, *, scale: float) -> float:
+        return (a + b) * scale * epochs
+
+
+    def k_fold(x: int, epochs: int, scale: float) -> float:
+        data = parts(x)
+        return fit(*data, epochs, scale=scale)
+    """
+    added = {
+        ".a.parts": SimpleNamespace(params={"x": "int"}, returns="tuple[int, int]"),
+        ".a.fit": SimpleNamespace(
+            params={"a": "int", "b": "int", "epochs": "int", "scale": "float"}, returns="float"
+        ),
+        ".a.k_fold": SimpleNamespace(
+            params={"x": "int", "epochs": "int", "scale": "float"}, returns="float"
+        ),
+    }
+    checked = typecheck.check(_package(code), "pkg", added)
+    assert checked.result == "clean"
+    assert [where for where, _ in checked.no_type_check] == ["a.k_fold", "a.parts"]
+    assert checked.removed == ()
+    fit = "def fit(a: int, b: int, epochs: int, *, scale: float) -> float:"
+    assert fit in checked.files["pkg/a.py"]
