@@ -24,6 +24,7 @@ Step 3: decide where everything goes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import keyword
 import re
 from dataclasses import dataclass, field
@@ -72,8 +73,31 @@ class Plan:
         return placed.module if placed is not None and name not in self.in_run else None
 
     def field_name(self, constant: str) -> str:
+        return field_names(tuple(self.constants), self.device).get(constant, constant)
+
+
+@functools.lru_cache(maxsize=16)
+def field_names(constants: tuple[str, ...], device: bool) -> dict[str, str]:
+    """Each constant's field of `Config`: its name in lower case (`LR` -> `lr`), or its own name
+    where the lower case is not a name, is another constant's own name (`gamma = 0.99` and
+    `GAMMA = 0.5`, `BATCH_SIZE` and `batch_size`: before, both were one field, and the package
+    computed with one value for both), is an earlier constant's field (`Lr`, `LR`), or is
+    `device` where `Config` has its own `device` field."""
+    taken = set(constants) | ({"device"} if device else set())
+    fields: dict[str, str] = {}
+    for constant in constants:
         lower = constant.lower()
-        return lower if lower.isidentifier() and not keyword.iskeyword(lower) else constant
+        if (
+            lower == constant
+            or not lower.isidentifier()
+            or keyword.iskeyword(lower)
+            or lower in taken
+        ):
+            fields[constant] = constant
+        else:
+            fields[constant] = lower
+            taken.add(lower)
+    return fields
 
 
 def plan(nb: Notebook, analysis: Analysis, package: str) -> Plan:

@@ -7,6 +7,7 @@ quietly."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -154,3 +155,37 @@ def test_calls_with_star_args_still_pass_the_keyword_only_state(tmp_path: Path) 
     report = (out / "REFACTOR_REPORT.md").read_text()
     assert "mypy on the package: clean." in report
     assert "mypy rejected were removed" not in report
+
+
+def test_constants_that_differ_only_in_case_stay_two_hyperparameters(tmp_path: Path) -> None:
+    """`gamma = 0.99` and `GAMMA = 0.5` (and `BATCH_SIZE` next to `batch_size`), as the
+    500-cell notebook of real cells has them: `Config` had one field for both, so the package
+    computed with one value where the notebook used two (and mypy's "already defined" was all
+    that showed it). Each now keeps its own name where the lower case is another's."""
+    out = refactored(
+        tmp_path,
+        "cases",
+        [
+            new_markdown_cell("# Cases\n## Setup"),
+            new_code_cell("gamma = 0.99\nGAMMA = 0.5\nBATCH_SIZE = 64\nbatch_size = 8\nLR = 0.1"),
+            new_code_cell("def discount(r):\n    return r * gamma + GAMMA"),
+            new_code_cell("print(discount(1.0), BATCH_SIZE, batch_size, LR)"),
+        ],
+    )
+    config = code_of(out, "cases")["config.py"]
+    fields = ("gamma = gamma", "GAMMA = GAMMA", "lr = LR", "BATCH_SIZE = BATCH_SIZE")
+    for field in (*fields, "batch_size = batch_size"):
+        name, _, value = field.partition(" = ")
+        assert re.search(rf"^    {name}: \w+ = {value}$", config, re.M), field
+
+    def run(*options: str) -> list[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cases", "train", *options],
+            cwd=out, capture_output=True, text=True,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    assert run() == ["1.49", "64", "8", "0.1"]  # as the notebook prints them
+    assert run("--GAMMA", "0.25", "--batch-size", "4", "--lr", "0.2") == ["1.24", "64", "4", "0.2"]
+    assert "mypy on the package: clean." in (out / "REFACTOR_REPORT.md").read_text()
