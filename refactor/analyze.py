@@ -58,6 +58,7 @@ class BadCell:
     cell: int
     line: int
     message: str
+    kept: tuple[str, ...] = ()  # its import lines, kept for the cells after it
 
 
 @dataclass
@@ -82,7 +83,15 @@ def analyze(nb: Notebook) -> Analysis:
         try:  # CPython's message first: the one users know
             compile(cell.python, f"cell {cell.number}", "exec", dont_inherit=True)
         except SyntaxError as exc:
-            out.bad.append(BadCell(cell.number, exc.lineno or 1, exc.msg))
+            kept = _imports_of(cell.python)
+            out.bad.append(BadCell(cell.number, exc.lineno or 1, exc.msg, tuple(kept.values())))
+            if kept:  # the cell's own lines, the rest blank: the imports keep their line numbers
+                lines = lines_of(cell.python)
+                text = "".join(
+                    lines[n] if n in kept else ("\n" if lines[n].endswith("\n") else "")
+                    for n in range(len(lines))
+                )
+                good.append(dataclasses.replace(cell, python=text))
             continue
         good.append(cell)
     starts: list[int] = []
@@ -135,6 +144,24 @@ def analyze(nb: Notebook) -> Analysis:
             item.train_cell = True
             item.kind = "statement"
     return out
+
+
+def _imports_of(python: str) -> dict[int, str]:
+    """The top-level one-line imports of a cell that does not parse, by line index: an exercise
+    notebook's cell with a `<YOUR CODE>` placeholder often imports what later cells use
+    (Practical RL's `import matplotlib.pyplot as plt`); refusing the cell lost the import, and
+    every later `plt` was an undefined name."""
+    kept: dict[int, str] = {}
+    for n, line in enumerate(lines_of(python)):
+        if not line.startswith(("import ", "from ")):
+            continue
+        try:
+            tree = ast.parse(line)
+        except SyntaxError:
+            continue  # a parenthesised import over several lines, or not an import at all
+        if len(tree.body) == 1 and isinstance(tree.body[0], ast.Import | ast.ImportFrom):
+            kept[n] = line.rstrip("\r\n")
+    return kept
 
 
 def _paired(

@@ -101,7 +101,16 @@ def field_names(constants: tuple[str, ...], device: bool) -> dict[str, str]:
 
 
 def plan(nb: Notebook, analysis: Analysis, package: str) -> Plan:
-    notes = [Note(b.cell, b.line, "skipped", f"does not parse: {b.message}") for b in analysis.bad]
+    notes = [
+        Note(
+            b.cell,
+            b.line,
+            "skipped",
+            f"does not parse: {b.message}"
+            + ("; its imports are kept: " + ", ".join(f"`{k}`" for k in b.kept) if b.kept else ""),
+        )
+        for b in analysis.bad
+    ]
     exported_only = nb.uses_nbdev
     versions = resolve(list(analysis.items), exported_only)
     notes.extend(versions.notes)

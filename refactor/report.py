@@ -52,6 +52,8 @@ def report(plan: Plan, outcome: Outcome, findings: str, docs_problem: str = "") 
     for cell in nb.cells:
         if cell.number in plan.skipped_cells:
             where = "skipped: does not parse (--skip-bad-cells)"
+            if emitted.places.get(cell.number):
+                where += "; its imports: " + "; ".join(emitted.places[cell.number])
         else:
             where = "; ".join(emitted.places.get(cell.number, []))
             if not where:

@@ -189,3 +189,29 @@ def test_constants_that_differ_only_in_case_stay_two_hyperparameters(tmp_path: P
     assert run() == ["1.49", "64", "8", "0.1"]  # as the notebook prints them
     assert run("--GAMMA", "0.25", "--batch-size", "4", "--lr", "0.2") == ["1.24", "64", "4", "0.2"]
     assert "mypy on the package: clean." in (out / "REFACTOR_REPORT.md").read_text()
+
+
+def test_a_refused_cell_keeps_its_imports_for_the_cells_after_it(tmp_path: Path) -> None:
+    """Exercise notebooks (Practical RL's week 4, and more of the second corpus): a cell with
+    a `<YOUR CODE>` placeholder does not parse and `--skip-bad-cells` refuses it, and with it
+    the `import matplotlib.pyplot as plt` it starts with, so every later `plt` was an undefined
+    name (mypy's error, functions decorated). Its one-line imports are kept."""
+    notebook = tmp_path / "exercise.ipynb"
+    cells = [
+        new_markdown_cell("# Exercise\n## Setup"),
+        new_code_cell("import json\nfrom math import sqrt\n\nanswer = <YOUR CODE>\nprint(answer)"),
+        new_code_cell("print(json.dumps([sqrt(4.0)]))"),
+    ]
+    nbformat.write(new_notebook(cells=cells), notebook)
+    out = tmp_path / "out"
+    proc = trainmate("refactor", notebook, "-o", out, "--no-docs", "--skip-bad-cells")
+    assert proc.returncode == 0, proc.stderr
+    assert gate_findings(out) == []
+    report = (out / "REFACTOR_REPORT.md").read_text()
+    assert "its imports are kept: `import json`, `from math import sqrt`" in report
+    assert "answer" not in code_of(out, "exercise")["train.py"]
+    run = subprocess.run(
+        [sys.executable, "-m", "exercise", "train"], cwd=out, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["[2.0]"]
