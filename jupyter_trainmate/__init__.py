@@ -130,30 +130,33 @@ classified by IPython's own input transformers: `!pip install x` becomes a depen
 written beside the package, `x = !cmd` becomes `subprocess.run(...)` with a warning, a `%%train`
 cell becomes a function run by `jupyter_trainmate.train()` (the same runtime as the magic), and
 anything else is commented out and reported. Definitions go to `data`, `model`, `train` or
-`utils` by what they are (an `nn.Module`, a `Dataset`, a function that calls `.backward()`) and
-the markdown heading above them; a cell tag `trainmate:module=NAME` or nbdev's `#| default_exp`
-overrides, and with nbdev markers only `#| export` cells are taken. Constants become the fields of
-a typed `Config` dataclass and options of the package's CLI (in lower case, `LR` as `--lr`, unless
+`utils` by what they are (an `nn.Module`, a `Dataset`, a function that calls `.backward()`) and the
+markdown heading above them; a cell tag `trainmate:module=NAME` or nbdev's `#| default_exp`
+overrides, and with nbdev markers only `#| export` cells are taken. Constants become the fields of a
+typed `Config` dataclass and options of the package's CLI (in lower case, `LR` as `--lr`, unless
 that is another constant's name: `gamma` and `GAMMA` stay two); a function that reads a notebook
-global gets it as a keyword-only parameter (constants with their value as default), and every
-call site passes it, those that unpack `*args` or `**kwargs` too. `train.run(config)` is the notebook's top-level code in order, so importing
-any module runs nothing. `.cuda()` and `"cuda:N"` become a `device` option (`auto` by default),
-so the package runs on a CPU. The output is ruff-formatted, passes `ruff check`, is the same byte
-for byte on every run, and is written atomically (an existing folder only with `--force`).
-`REFACTOR_REPORT.md` lists every cell and where it went, every parameter created, and everything
-dropped, commented out, skipped or redefined (the last definition wins).
+global gets it as a keyword-only parameter (constants with their value as default), and every call
+site passes it, those that unpack `*args` or `**kwargs` too. `train.run(config)` is the notebook's
+top-level code in order, so importing any module runs nothing. `.cuda()` and `"cuda:N"` become a
+`device` option (`auto` by default), so the package runs on a CPU. The output is ruff-formatted,
+passes `ruff check`, is the same byte for byte on every run, and is written atomically (an existing
+folder only with `--force`). `REFACTOR_REPORT.md` lists every cell and where it went, every
+parameter created, and everything dropped, commented out, skipped or redefined (the last definition
+wins).
 
-Types, tests, docs: annotations are inferred statically through the package's dataflow
-(constructors such as `model = Net()`, `DataLoader(...)`, optimizers, `nn.*` layers, tensors from
-`torch.*` factories, numpy arrays, pandas frames; every call site of a function, joined to the
-nearest common base, or for up to three of the package's own models to their union; returns from what is returned; a small table of torch/numpy/pandas calls)
-and, with `--execute`, from a run of the notebook in a fresh temporary folder that holds a copy of
-the files beside the notebook, its data (nbclient, `--timeout`, random generators seeded) that records each function's argument and return types and tensor dtypes, shapes
-and integer ranges; shapes go into docstrings. mypy then checks the package (a few rounds: each
-confirms the last one's edits): an annotation it rejects is removed, only a function whose own
-code fails gets `@no_type_check`, and a method that sets attributes loses its inferred
-annotations instead, so that the methods reading them are still checked; the report gives the annotated share, mypy's verdict and each
-`@no_type_check` with its reason. Generated pytest tests (in `tests/`): every module imports; with
+Types, tests, docs: annotations are inferred statically through the package's dataflow (constructors
+such as `model = Net()`, `DataLoader(...)`, optimizers, `nn.*` layers, tensors from `torch.*`
+factories, numpy arrays, pandas frames; every call site of a function, joined to the nearest common
+base, or for up to three of the package's own models to their union; returns from what is returned;
+a small table of torch/numpy/pandas calls) and, with `--execute`, from a run of the notebook in a
+fresh temporary folder that holds a copy of the files beside the notebook, its data (nbclient,
+`--timeout`, random generators seeded) that records each function's argument and return types and
+tensor dtypes, shapes and integer ranges; shapes go into docstrings. mypy then checks the package (a
+few rounds: each confirms the last one's edits): an annotation it rejects is removed, only a
+function whose own code fails gets `@no_type_check`, and a method that sets attributes loses its
+inferred annotations instead, so that the methods reading them are still checked; the report gives
+the annotated share, mypy's verdict and each `@no_type_check` with its reason. Generated pytest
+tests (in `tests/`): every module imports; with
 `--execute`, each model runs `forward` on inputs of the recorded shapes and one training step,
 each dataset gives its recorded length and item structure, and functions that drew no random
 numbers get characterisation tests from recorded fixtures; what could not be generated soundly

@@ -16,7 +16,9 @@ import ast
 import bisect
 import builtins
 import dataclasses
+import io
 import re
+import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -88,8 +90,8 @@ def analyze(nb: Notebook) -> Analysis:
             if kept:  # the cell's own lines, the rest blank: the imports keep their line numbers
                 lines = lines_of(cell.python)
                 text = "".join(
-                    lines[n] if n in kept else ("\n" if lines[n].endswith("\n") else "")
-                    for n in range(len(lines))
+                    line if n in kept else line[len(line.rstrip("\r\n")) :]
+                    for n, line in enumerate(lines)
                 )
                 good.append(dataclasses.replace(cell, python=text))
             continue
@@ -152,8 +154,9 @@ def _imports_of(python: str) -> dict[int, str]:
     (Practical RL's `import matplotlib.pyplot as plt`); refusing the cell lost the import, and
     every later `plt` was an undefined name."""
     kept: dict[int, str] = {}
+    inside = _not_starts(python)
     for n, line in enumerate(lines_of(python)):
-        if not line.startswith(("import ", "from ")):
+        if not line.startswith(("import ", "from ")) or n in inside:
             continue
         try:
             tree = ast.parse(line)
@@ -162,6 +165,29 @@ def _imports_of(python: str) -> dict[int, str]:
         if len(tree.body) == 1 and isinstance(tree.body[0], ast.Import | ast.ImportFrom):
             kept[n] = line.rstrip("\r\n")
     return kept
+
+
+def _not_starts(python: str) -> set[int]:
+    """The lines (by index) that are not the start of a statement: those a string spanning
+    several lines continues or ends on, and those inside brackets, as far as the cell tokenizes
+    (a placeholder such as `<YOUR CODE>` does; an unclosed string ends it, and the lines from
+    there on count as inside)."""
+    inside: set[int] = set()
+    depth = 0
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(python).readline):
+            if depth > 0:
+                inside.add(token.start[0] - 1)
+            if token.type == tokenize.OP and token.string in ("(", "[", "{"):
+                depth += 1
+            elif token.type == tokenize.OP and token.string in (")", "]", "}"):
+                depth = max(depth - 1, 0)
+            if token.start[0] < token.end[0] and token.type == tokenize.STRING:
+                inside.update(range(token.start[0], token.end[0]))  # 1-based rows: the next ones
+    except (tokenize.TokenError, SyntaxError) as exc:
+        row = exc.args[1][0] if len(exc.args) > 1 and isinstance(exc.args[1], tuple) else 1
+        inside.update(range(max(row - 1, 0), len(lines_of(python))))
+    return inside
 
 
 def _paired(

@@ -36,6 +36,7 @@ from .typeexpr import (
     INT,
     NONE,
     TENSOR,
+    UNION,
     T,
     Ty,
     dotted_name,
@@ -171,6 +172,11 @@ class Engine:
             receiver = scope.typeof(call.func.value)
             if receiver is None:
                 return None if call.keywords else known.untyped_method(call.func.attr, call.args)
+            if receiver.name == UNION and all(self.pkg.is_module(m.name) for m in receiver.args):
+                # a union of the package's models (`join`): what every nn.Module gives
+                if call.func.attr in known.MODULE_SELF:
+                    return receiver
+                return known.MODULE_METHODS.get(call.func.attr)
             if receiver.name in self.pkg.classes:
                 method = self.pkg.method(receiver.name, call.func.attr)
                 if method is not None:
@@ -189,6 +195,8 @@ class Engine:
 
     def _call_value(self, scope: Scope, value: Ty, call: ast.Call) -> Ty | None:
         """Calling an object: a package module's `forward`, a class's `__call__`, a torch layer."""
+        if value.name == UNION and all(self.pkg.is_module(m.name) for m in value.args):
+            return join([self._call_value(scope, member, call) for member in value.args])
         if not value.is_class:
             return None
         if value.name in self.pkg.classes:

@@ -116,7 +116,8 @@ def _refactor(
     the_plan = plan(nb, analysis, pkg)
     trace = None
     if execute:
-        trace = run_traced(notebook, {b.cell for b in analysis.bad}, timeout)
+        kept = {b.cell: "\n".join(b.kept) for b in analysis.bad if b.kept}
+        trace = run_traced(notebook, {b.cell for b in analysis.bad}, timeout, kept)
     emitted = emit(the_plan)
     tests = generate(
         the_plan,

@@ -27,7 +27,9 @@ import dataclasses
 import functools
 import keyword
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import libcst as cst
 
@@ -77,7 +79,7 @@ class Plan:
 
 
 @functools.lru_cache(maxsize=16)
-def field_names(constants: tuple[str, ...], device: bool) -> dict[str, str]:
+def field_names(constants: tuple[str, ...], device: bool) -> Mapping[str, str]:
     """Each constant's field of `Config`: its name in lower case (`LR` -> `lr`), or its own name
     where the lower case is not a name, is another constant's own name (`gamma = 0.99` and
     `GAMMA = 0.5`, `BATCH_SIZE` and `batch_size`: before, both were one field, and the package
@@ -97,7 +99,7 @@ def field_names(constants: tuple[str, ...], device: bool) -> dict[str, str]:
         else:
             fields[constant] = lower
             taken.add(lower)
-    return fields
+    return MappingProxyType(fields)  # one object for every call: read-only
 
 
 def plan(nb: Notebook, analysis: Analysis, package: str) -> Plan:

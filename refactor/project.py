@@ -246,7 +246,8 @@ pythonpath = ["."]
 testpaths = ["tests"]
 
 [tool.mypy]
-# a function whose own code fails mypy is `@no_type_check` (REFACTOR_REPORT.md says why)
+# a function whose own code fails mypy is `@no_type_check`, or, a method that sets attributes,
+# left without annotations (REFACTOR_REPORT.md says which and why)
 ignore_missing_imports = true
 # a notebook rebinds names to new types (`x = np.linspace(...)`, later `x = torch.ones(...)`)
 allow_redefinition = true

@@ -177,6 +177,14 @@ def _typecheck_lines(checked: Checked) -> list[str]:
             + ", ".join(f"`{r}`" for r in checked.removed)
             + "."
         )
+    if checked.untyped:
+        lines.append(
+            "Methods that set attributes lost all their inferred annotations instead of getting "
+            "`@no_type_check` (which leaves those attributes without a type, and every method "
+            "reading them failing), so the methods reading them are still checked: "
+            + ", ".join(f"`{m}`" for m in checked.untyped)
+            + "."
+        )
     count = len(checked.no_type_check)
     lines.append(
         f"`@no_type_check` on {count} function{'s' if count != 1 else ''}"

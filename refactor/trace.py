@@ -21,7 +21,7 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,8 +215,11 @@ class Trace:
     seconds: float = 0.0
 
 
-def execute(notebook: Path, skip_cells: set[int], timeout: int) -> Trace:
-    """Run a traced copy of `notebook` in a fresh folder; a failing cell is a one-line error."""
+def execute(
+    notebook: Path, skip_cells: set[int], timeout: int, kept: Mapping[int, str] | None = None
+) -> Trace:
+    """Run a traced copy of `notebook` in a fresh folder; a failing cell is a one-line error.
+    A skipped cell runs only its `kept` code (the imports of a cell that does not parse)."""
     import time
 
     import torch
@@ -225,8 +228,15 @@ def execute(notebook: Path, skip_cells: set[int], timeout: int) -> Trace:
 
     nb = nbformat.read(notebook, as_version=4)  # type: ignore[no-untyped-call]
     numbered = list(enumerate(nb.cells, start=1))
-    cells = [cell for number, cell in numbered if number not in skip_cells]
-    positions = [number for number, _ in numbered if number not in skip_cells]
+    kept = kept or {}
+    cells, positions = [], []
+    for number, cell in numbered:
+        if number in skip_cells:
+            if number not in kept:
+                continue
+            cell = nbformat.v4.new_code_cell(kept[number])  # type: ignore[no-untyped-call]
+        cells.append(cell)
+        positions.append(number)
     with tempfile.TemporaryDirectory(prefix="trainmate-execute-") as tmp:
         folder = Path(tmp)
         left_out = stage(notebook, folder)  # the files beside the notebook: its data

@@ -167,9 +167,10 @@ class CallSites(cst.CSTTransformer):
         func = updated_node.func
         if not isinstance(func, cst.Name) or func.value not in self.callee_params:
             return updated_node
-        # A `*args` fills no keyword-only parameter, and a `**kwargs` none of these: in the
-        # notebook the call's keywords were the callee's own parameters, and what it gained are
-        # the globals it read instead (Dive into DL 3.16's `train(net, *data, ...)`).
+        # A `*args` fills no keyword-only parameter, and a `**kwargs` hardly ever one of these:
+        # what the callee gained are globals it read, not parameters the notebook's call could
+        # name (only a callee with a `**kw` of its own, called with that global's name among
+        # the keys, now gets it twice; the old way dropped it at every such call)
         passed = {a.keyword.value for a in updated_node.args if a.keyword is not None}
         args = list(updated_node.args)
         for param in self.callee_params[func.value]:

@@ -38,6 +38,9 @@ ERROR = re.compile(
 # for an attribute read from a parameter (`sbs.total_epochs`), where the parameter's type counts
 NOT_A_PARAMETER = frozenset({"var-annotated", "has-type", "name-defined"})
 CALL_CODES = frozenset({"arg-type", "call-arg", "misc"})  # errors of a call's arguments
+# the function such an error is about: 'Too many arguments for "train"', 'Argument 3 to "train"
+# has ...', '"train" gets multiple values for keyword argument "loss"'
+CALLEE = re.compile(r'^"(\w+)" gets multiple values|(?:for|to) "(\w+)"')
 HAS_TYPE = re.compile(r'^Cannot determine type of "(\w+)"')
 ARGUMENT = re.compile(
     r'^Argument (?:(?P<n>\d+)|"(?P<name>\w+)") to "(?P<fn>\w+)"(?: of "(?P<cls>\w+)")?'
@@ -50,6 +53,7 @@ class Checked:
     result: str  # "clean", "not run: ...", "N errors left"
     no_type_check: tuple[tuple[str, str], ...] = ()  # (module.function, mypy's first reason)
     removed: tuple[str, ...] = ()  # annotations mypy rejected ("module.function(param)")
+    untyped: tuple[str, ...] = ()  # methods that set attributes: all their annotations went
 
 
 @dataclass(frozen=True)
@@ -254,6 +258,7 @@ def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> C
     files = dict(files)
     decorated: dict[str, str] = {}
     removed: list[str] = []
+    untyped: list[str] = []
     result = "clean"
     with _cache_lock(), tempfile.TemporaryDirectory(prefix="trainmate-mypy-") as tmp:
         folder = Path(tmp)
@@ -283,7 +288,7 @@ def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> C
                 result = "clean"
                 break
             result = f"{len(errors)} errors left"
-            edits = _plan_edits(files, package, errors, added, decorated, removed)
+            edits = _plan_edits(files, package, errors, added, decorated, removed, untyped)
             if not edits:
                 break
             for module, (drop, decorate) in edits.items():
@@ -294,7 +299,9 @@ def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> C
                 ):
                     code = _import_no_type_check(code)
                 files[path] = code
-    return Checked(files, result, tuple(sorted(decorated.items())), tuple(removed))
+    return Checked(
+        files, result, tuple(sorted(decorated.items())), tuple(removed), tuple(sorted(untyped))
+    )
 
 
 def _edited(code: str, drop: Mapping[str, set[str]], decorate: set[str]) -> str:
@@ -314,8 +321,10 @@ def _plan_edits(
     added: Mapping[str, object],
     decorated: dict[str, str],
     removed: list[str],
+    untyped: list[str],
 ) -> dict[str, tuple[dict[str, set[str]], set[str]]]:
-    """For each module: annotations to drop (by function) and functions to decorate."""
+    """For each module: annotations to drop (by function) and functions to decorate (and, in
+    `untyped`, the methods left without annotations instead)."""
     edits: dict[str, tuple[dict[str, set[str]], set[str]]] = {}
     ours = {key: getattr(sig, "params", {}) for key, sig in added.items()}
     returns = {key for key, sig in added.items() if getattr(sig, "returns", None) is not None}
@@ -323,7 +332,6 @@ def _plan_edits(
     for key in ours:
         by_name.setdefault(key.rsplit(".", 1)[-1], []).append(key)
     parsed: dict[str, tuple[list[_Function], list[str]]] = {}  # each module parsed once a round
-    untyped: set[str] = set()  # functions whose every annotation goes this round
     for error in errors:
         if error.module not in parsed:
             code = files.get(f"{package}/{error.module}.py", "")
@@ -333,7 +341,9 @@ def _plan_edits(
         line = lines[error.line - 1] if 0 < error.line <= len(lines) else ""
         dropped = False
         argument = ARGUMENT.match(error.text)
-        unpacked = where is not None and error.code in CALL_CODES and _unpacks(where[1], error.line)
+        about = CALLEE.search(error.text) if error.code in CALL_CODES else None
+        callee = (about[1] or about[2]) if about is not None else None
+        unpacked = where is not None and callee is not None and _unpacks(where[1], error, callee)
         if argument and error.code == "arg-type" and not unpacked:
             for key in by_name.get(argument["fn"], []):
                 if argument["cls"] and not key.endswith(f"{argument['cls']}.{argument['fn']}"):
@@ -343,15 +353,16 @@ def _plan_edits(
             continue
         qualname, fn = where
         key = f".{error.module}.{qualname}"
-        if key in untyped:
+        if key[1:] in untyped:
             continue  # mypy does not check it any more
         mine = set(ours.get(key, {}))
         if unpacked:
-            # a call that unpacks a sequence (`train(net, *data, epochs)`): once mypy does not
-            # know the sequence's length (an annotation of ours dropped, Dive into DL 3.16), it
-            # maps the later arguments onto parameters by guesswork ("Too many arguments", an
-            # argument checked against the wrong parameter). No annotation causes that: the call
-            # is this function's own code, which is decorated (or left unannotated, below)
+            # the call it names unpacks a sequence (`train(net, *data, epochs)`): once mypy does
+            # not know the sequence's length (an annotation of ours dropped, Dive into DL 3.16)
+            # it maps the later arguments onto parameters by guesswork ("Too many arguments", an
+            # argument checked against the wrong parameter), and dropping the callee's
+            # annotations only hides that; the call is this function's own code, which is
+            # decorated (or left unannotated, below)
             pass
         elif error.code in ("return-value", "return") and key in returns:
             dropped = _drop(edits, key, {"return"}, removed)
@@ -385,7 +396,7 @@ def _plan_edits(
             # decorated in turn); without annotations mypy does not check it, its attributes are
             # Any, and the other methods keep being checked
             dropped = _drop(edits, key, every, removed)
-            untyped.add(key)
+            untyped.append(key[1:])
         if not dropped and f"{error.module}.{qualname}" not in decorated:
             decorated[f"{error.module}.{qualname}"] = f"{error.text} (line {error.line})"
             edits.setdefault(error.module, ({}, set()))[1].add(qualname)
@@ -402,14 +413,19 @@ def _read_from(params: set[str], error: _Error, line: str) -> bool:
     )
 
 
-def _unpacks(fn: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> bool:
-    """Whether a call on `line` of `fn` unpacks a sequence into its arguments (`*args`)."""
-    return any(
-        isinstance(node, ast.Call)
-        and node.lineno <= line <= (node.end_lineno or node.lineno)
-        and any(isinstance(a, ast.Starred) for a in node.args)
-        for node in ast.walk(fn)
-    )
+def _unpacks(fn: ast.FunctionDef | ast.AsyncFunctionDef, error: _Error, callee: str) -> bool:
+    """Whether the call of `callee` that `error` is about (on its line in `fn`) unpacks a
+    sequence into its arguments (`*args`)."""
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Call):
+            continue
+        if not node.lineno <= error.line <= (node.end_lineno or node.lineno):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        if name == callee and any(isinstance(a, ast.Starred) for a in node.args):
+            return True
+    return False
 
 
 def _sets_attributes(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

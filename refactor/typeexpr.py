@@ -126,11 +126,18 @@ def _join_many(rest: list[Ty], ancestors: Callable[[str], list[str]]) -> Ty | No
         chains = [ancestors(t.name) for t in rest]
         for candidate in chains[0]:
             if all(candidate in chain for chain in chains[1:]):
-                if candidate == MODULE and len(rest) <= 3 and all(t.name[0] == "." for t in rest):
+                if candidate == MODULE and all(t.name[0] == "." for t in rest):
                     # the package's own models (RL-Adventure's `current_model`, a `RainbowDQN`
                     # and later a `RainbowCnnDQN`): `nn.Module` has none of their methods
-                    # (mypy reads `model.act` as `Tensor | Module`), their union has them
-                    return T(UNION, *sorted(rest, key=lambda t: t.name))
+                    # (mypy reads `model.act` as `Tensor | Module`), their union has them; a
+                    # member that derives from another is in it already
+                    members = [
+                        t
+                        for t, chain in zip(rest, chains, strict=True)
+                        if not any(o.name != t.name and o.name in chain for o in rest)
+                    ]
+                    if len(members) <= 3:
+                        return T(UNION, *sorted(members, key=lambda t: t.name))
                 return T(candidate)
     return None
 

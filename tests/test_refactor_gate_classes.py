@@ -215,3 +215,20 @@ def test_a_refused_cell_keeps_its_imports_for_the_cells_after_it(tmp_path: Path)
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["[2.0]"]
+
+
+def test_the_imports_a_refused_cell_keeps_stay_on_their_lines(tmp_path: Path) -> None:
+    """Only a line that starts a statement is an import: not one inside a string spanning
+    lines, nor one inside brackets; each keeps its line (the report's notes name it)."""
+    from refactor.analyze import analyze
+    from refactor.read import read
+
+    notebook = tmp_path / "lines.ipynb"
+    source = (
+        'x = 1\nHELP = """\nfrom nowhere import thing\n"""\nimport json\nanswer = <YOUR CODE>\n'
+        "from math import (sqrt,\n    pi)\nimport os"
+    )
+    nbformat.write(new_notebook(cells=[new_code_cell(source)]), notebook)
+    analysis = analyze(read(notebook))
+    assert [b.kept for b in analysis.bad] == [("import json", "import os")]
+    assert [(item.line, item.kind) for item in analysis.items] == [(5, "import"), (9, "import")]

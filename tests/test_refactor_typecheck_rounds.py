@@ -161,6 +161,7 @@ def test_a_method_that_sets_attributes_loses_its_annotations_not_its_class_s_che
     assert rounds == [1, 0]
     assert checked.no_type_check == ()
     assert checked.removed == ("a.Buffer.__init__(capacity)", "a.Buffer.__init__(return)")
+    assert checked.untyped == ("a.Buffer.__init__",)
     code = checked.files["pkg/a.py"]
     assert "    def __init__(self, capacity):\n" in code
     assert "    def size(self, scale: int) -> int:\n" in code
@@ -202,3 +203,32 @@ def test_a_call_that_unpacks_an_untyped_sequence_decorates_the_caller_not_the_ca
     assert checked.removed == ()
     fit = "def fit(a: int, b: int, epochs: int, *, scale: float) -> float:"
     assert fit in checked.files["pkg/a.py"]
+
+
+def test_an_error_about_another_call_on_a_line_that_unpacks_still_drops_the_annotations(
+    rounds: list[int],
+) -> None:
+    # `loss_fn(model(*batch), target)`: the error is about `loss_fn`'s argument, not about the
+    # call that unpacks, so `loss_fn`'s annotations go as for any argument error
+    code = """
+    def loss_fn(pred: float, target: int) -> float:
+        return pred
+
+
+    def model(a: float, b: float) -> float:
+        return a + b
+
+
+    def step(batch: tuple[float, float], target: str) -> float:
+        return loss_fn(model(*batch), target)
+    """
+    added = {
+        ".a.loss_fn": SimpleNamespace(params={"pred": "float", "target": "int"}, returns=None),
+        ".a.model": SimpleNamespace(params={"a": "float", "b": "float"}, returns=None),
+        ".a.step": SimpleNamespace(params={"batch": "tuple[float, float]"}, returns=None),
+    }
+    checked = typecheck.check(_package(code), "pkg", added)
+    assert checked.result == "clean"
+    assert rounds == [1, 0]
+    assert checked.removed == ("a.loss_fn(pred)", "a.loss_fn(target)")
+    assert checked.no_type_check == ()

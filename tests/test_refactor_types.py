@@ -68,19 +68,24 @@ def test_a_constructed_object_flows_into_the_functions_it_is_passed_to() -> None
     assert "def fit(model: Net, loader: DataLoader, opt: torch.optim.Optimizer, epochs: int)" in out
 
 
-def test_arguments_of_sibling_classes_join_to_their_common_base() -> None:
+def test_arguments_of_sibling_classes_join_to_their_union_or_common_base() -> None:
     # the package's own models join to their union, up to three (RL-Adventure's
     # `current_model`, a `RainbowDQN` then a `RainbowCnnDQN`): `nn.Module` has none of their
-    # methods, and mypy rejected it for `current_model.act(state)`; more than three, the base
+    # methods, and mypy rejected it for `current_model.act(state)`; more than three, the base.
+    # A union is still a model: `.train()` gives it back, calling it gives what `forward` does.
+    # A member deriving from another is in the union already (`E(A)`).
     out = typed(
         model="""
+        import torch
         from torch import nn
 
         class A(nn.Module):
-            pass
+            def forward(self, x):
+                return x * 2
 
         class B(nn.Module):
-            pass
+            def forward(self, x):
+                return x + 1
 
         class C(nn.Module):
             pass
@@ -88,10 +93,22 @@ def test_arguments_of_sibling_classes_join_to_their_common_base() -> None:
         class D(nn.Module):
             pass
 
+        class E(A):
+            pass
+
         def count(m):
             return sum(p.numel() for p in m.parameters())
 
         def size(m):
+            return sum(p.numel() for p in m.parameters())
+
+        def prepare(m):
+            return m.train()
+
+        def predict(m, x):
+            return m(x)
+
+        def width(m):
             return sum(p.numel() for p in m.parameters())
 
         def show(value):
@@ -107,6 +124,13 @@ def test_arguments_of_sibling_classes_join_to_their_common_base() -> None:
             size(B())
             size(C())
             size(D())
+            prepare(A())
+            prepare(B())
+            predict(A(), torch.zeros(2))
+            predict(B(), torch.ones(2))
+            width(A())
+            width(E())
+            width(B())
             show(1)
             show("one")
             scale(2, 3)
@@ -115,6 +139,9 @@ def test_arguments_of_sibling_classes_join_to_their_common_base() -> None:
     )["model"]
     assert "def count(m: A | B):" in out
     assert "def size(m: nn.Module):" in out
+    assert "def prepare(m: A | B) -> A | B:" in out
+    assert "def predict(m: A | B, x: torch.Tensor) -> torch.Tensor:" in out
+    assert "def width(m: A | B):" in out
     assert "def show(value) -> None:" in out  # int and str share nothing worth writing
     assert "def scale(x: int, factor: float) -> float:" in out
 
@@ -486,3 +513,14 @@ def test_tensors_of_an_untyped_data_set_are_typed_in_the_package(tmp_path: Path)
     assert re.search(r"def peek\(image: (torch\.)?Tensor\)", code)
     report = (out / "REFACTOR_REPORT.md").read_text()
     assert "mypy on the package: clean." in report
+
+
+def test_an_optional_union_of_models_is_one_flat_union() -> None:
+    from refactor.typeexpr import NONE, UNION, T, join
+
+    def chain(name: str) -> list[str]:
+        return [name, "torch.nn.Module"]
+
+    a, b = T(".m.A"), T(".m.B")
+    assert join([b, a, NONE], chain) == T(UNION, a, b, NONE)  # not `(A | B) | None`
+    assert join([a, NONE, b], chain) == T(UNION, a, b, NONE)
