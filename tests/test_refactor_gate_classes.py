@@ -195,21 +195,23 @@ def test_a_refused_cell_keeps_its_imports_for_the_cells_after_it(tmp_path: Path)
     """Exercise notebooks (Practical RL's week 4, and more of the second corpus): a cell with
     a `<YOUR CODE>` placeholder does not parse and `--skip-bad-cells` refuses it, and with it
     the `import matplotlib.pyplot as plt` it starts with, so every later `plt` was an undefined
-    name (mypy's error, functions decorated). Its one-line imports are kept."""
+    name (mypy's error, functions decorated). Its one-line imports are kept, and with
+    `--execute` they run in the traced notebook (its later cells failed there before)."""
     notebook = tmp_path / "exercise.ipynb"
     cells = [
         new_markdown_cell("# Exercise\n## Setup"),
         new_code_cell("import json\nfrom math import sqrt\n\nanswer = <YOUR CODE>\nprint(answer)"),
-        new_code_cell("print(json.dumps([sqrt(4.0)]))"),
+        new_code_cell("def root(v):\n    return sqrt(v)\nprint(json.dumps([root(4.0)]))"),
     ]
     nbformat.write(new_notebook(cells=cells), notebook)
     out = tmp_path / "out"
-    proc = trainmate("refactor", notebook, "-o", out, "--no-docs", "--skip-bad-cells")
+    proc = trainmate("refactor", notebook, "-o", out, "--no-docs", "--skip-bad-cells", "--execute")
     assert proc.returncode == 0, proc.stderr
     assert gate_findings(out) == []
     report = (out / "REFACTOR_REPORT.md").read_text()
     assert "its imports are kept: `import json`, `from math import sqrt`" in report
     assert "answer" not in code_of(out, "exercise")["train.py"]
+    assert "def root(v: float) -> float:" in code_of(out, "exercise")["utils.py"]  # traced
     run = subprocess.run(
         [sys.executable, "-m", "exercise", "train"], cwd=out, capture_output=True, text=True
     )
