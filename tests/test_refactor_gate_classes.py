@@ -21,11 +21,13 @@ from tests.test_refactor_dataflow import code_of, imports_quietly, trainmate
 GATE = "E9,F63,F7,F82,F811"
 
 
-def refactored(tmp_path: Path, name: str, cells: list[nbformat.NotebookNode]) -> Path:
+def refactored(
+    tmp_path: Path, name: str, cells: list[nbformat.NotebookNode], *options: str
+) -> Path:
     notebook = tmp_path / f"{name}.ipynb"
     nbformat.write(new_notebook(cells=cells), notebook)
     out = tmp_path / "out"
-    proc = trainmate("refactor", notebook, "-o", out, "--no-docs")
+    proc = trainmate("refactor", notebook, "-o", out, "--no-docs", *options)
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -197,16 +199,12 @@ def test_a_refused_cell_keeps_its_imports_for_the_cells_after_it(tmp_path: Path)
     the `import matplotlib.pyplot as plt` it starts with, so every later `plt` was an undefined
     name (mypy's error, functions decorated). Its one-line imports are kept, and with
     `--execute` they run in the traced notebook (its later cells failed there before)."""
-    notebook = tmp_path / "exercise.ipynb"
     cells = [
         new_markdown_cell("# Exercise\n## Setup"),
         new_code_cell("import json\nfrom math import sqrt\n\nanswer = <YOUR CODE>\nprint(answer)"),
         new_code_cell("def root(v):\n    return sqrt(v)\nprint(json.dumps([root(4.0)]))"),
     ]
-    nbformat.write(new_notebook(cells=cells), notebook)
-    out = tmp_path / "out"
-    proc = trainmate("refactor", notebook, "-o", out, "--no-docs", "--skip-bad-cells", "--execute")
-    assert proc.returncode == 0, proc.stderr
+    out = refactored(tmp_path, "exercise", cells, "--skip-bad-cells", "--execute")
     assert gate_findings(out) == []
     report = (out / "REFACTOR_REPORT.md").read_text()
     assert "its imports are kept: `import json`, `from math import sqrt`" in report
