@@ -160,7 +160,7 @@ def _imports_of(python: str) -> dict[int, str]:
             continue
         try:
             tree = ast.parse(line)
-        except SyntaxError:
+        except (SyntaxError, ValueError):  # ValueError: a null byte (Python 3.11)
             continue  # a parenthesised import over several lines, or not an import at all
         if len(tree.body) == 1 and isinstance(tree.body[0], ast.Import | ast.ImportFrom):
             kept[n] = line.rstrip("\r\n")
@@ -184,9 +184,10 @@ def _not_starts(python: str) -> set[int]:
                 depth = max(depth - 1, 0)
             if token.start[0] < token.end[0] and token.type == tokenize.STRING:
                 inside.update(range(token.start[0], token.end[0]))  # 1-based rows: the next ones
-    except (tokenize.TokenError, SyntaxError) as exc:
-        row = exc.args[1][0] if len(exc.args) > 1 and isinstance(exc.args[1], tuple) else 1
-        inside.update(range(max(row - 1, 0), len(lines_of(python))))
+    except tokenize.TokenError as exc:  # ("EOF in multi-line string", (row, column))
+        inside.update(range(max(exc.args[1][0] - 1, 0), len(lines_of(python))))
+    except SyntaxError as exc:  # IndentationError: a line that dedents to no outer level
+        inside.update(range(max((exc.lineno or 1) - 1, 0), len(lines_of(python))))
     return inside
 
 

@@ -232,3 +232,11 @@ def test_the_imports_a_refused_cell_keeps_stay_on_their_lines(tmp_path: Path) ->
     analysis = analyze(read(notebook))
     assert [b.kept for b in analysis.bad] == [("import json", "import os")]
     assert [(item.line, item.kind) for item in analysis.items] == [(5, "import"), (9, "import")]
+    # a cell that does not even tokenize (a dedent to no outer level): the lines before it count
+    nbformat.write(
+        new_notebook(
+            cells=[new_code_cell("import json\nif x:\n        a = 1\n    b = 2\nimport os")]
+        ),
+        notebook,
+    )
+    assert [b.kept for b in analyze(read(notebook)).bad] == [("import json",)]
