@@ -16,7 +16,9 @@ there, and runs the command as a user does, from that folder:
 `trainmate refactor NB -o OUT/<name> --execute --check-equivalence --no-docs` (again with
 `--skip-bad-cells` only when the command asks for it). It prints per notebook: the exit status,
 the equivalence result (values compared, values differing, or the error line), the time of the
-whole command, and the failure's class; then counts and medians. Third-party packages the
+whole command, the failure's class, and the share of the package's parameters and returns
+annotated (counted as `refactor_corpus.py` counts it: issue 12 asks for 90% with `--execute`);
+then counts and medians. Third-party packages the
 notebooks import (`--extra-path`, see `refactor_corpus_env.py`) reach the notebook's kernel and
 the package's run through PYTHONPATH, as they would for a user whose environment has them.
 """
@@ -39,6 +41,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import refactor_corpus  # the annotated share, counted as the static corpus counts it
 
 # --- stand-in data: small files where a notebook reads a local data set ---------------------
 
@@ -98,6 +103,12 @@ class Result:
     error: str = ""
     failure: str = ""  # the class, "" when it passed
     skip_bad_cells: bool = False
+    annotated: int = 0  # parameters and returns annotated, over the modules made from the notebook
+    annotatable: int = 0
+
+    @property
+    def typed_share(self) -> float | None:
+        return self.annotated / self.annotatable if self.annotatable else None
 
 
 def classify(stderr: str, report: str) -> str:
@@ -175,9 +186,25 @@ def run_one(notebook: Path, out_root: Path, timeout: float, extra: list[str]) ->
     lines = proc.stderr.strip().splitlines()
     error = lines[-1][:300] if proc.returncode and lines else ""
     failure = classify(proc.stderr, report) if proc.returncode else ""
-    return Result(
+    result = Result(
         notebook.name, proc.returncode, seconds, compared, differing, error, failure, skip
     )
+    package = _package(out)
+    if package is not None:
+        counted = refactor_corpus.Result(notebook.name)
+        refactor_corpus.measure_code(counted, package)
+        result.annotated, result.annotatable = counted.annotated, counted.annotatable
+    return result
+
+
+def _package(out: Path) -> Path | None:
+    """The package folder the command wrote in `out` (the one holding `__main__.py`)."""
+    found = sorted(p.parent for p in out.glob("*/__main__.py")) if out.is_dir() else []
+    return found[0] if found else None
+
+
+def _share(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         state = "PASS" if result.exit == 0 else f"FAIL {result.failure}"
         print(
             f"{result.notebook[:70]:70s} exit={result.exit} compared={result.compared} "
-            f"differing={result.differing} {result.seconds:6.1f}s {state}"
+            f"differing={result.differing} typed={_share(result.typed_share)} "
+            f"{result.seconds:6.1f}s {state}"
             + (" (--skip-bad-cells)" if result.skip_bad_cells else ""),
             flush=True,
         )
@@ -214,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {count} x {failure}")
     print(f"median time {statistics.median(r.seconds for r in results):.1f} s")
     print(f"median values compared {statistics.median(r.compared for r in results):.0f}")
+    shares = [r.typed_share for r in results if r.exit == 0 and r.typed_share is not None]
+    if shares:
+        print(f"median annotated share (packages written) {statistics.median(shares):.0%}")
     if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
+        rows = [{**asdict(r), "typed_share": r.typed_share} for r in results]
+        args.json.write_text(json.dumps(rows, indent=1))
     return 0
 
 
