@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import io
 import json
 import os
@@ -509,7 +510,14 @@ def trainmate() -> list[str]:
 
 
 def short_name(notebook: Path) -> str:
-    return re.sub(r"[^\w.-]+", "_", notebook.stem)[:80]
+    """The output folder's name: the notebook's, cut to 80 characters, with a digest of the
+    whole name where it was cut (two notebooks whose names differ only past the cut, such as
+    a course's "Week 1" and "Week 2" assignments, would share a folder and, with --jobs 2, each
+    remove the other's package)."""
+    name = re.sub(r"[^\w.-]+", "_", notebook.stem)
+    if len(name) <= 80:
+        return name
+    return name[:71] + "-" + hashlib.sha1(notebook.stem.encode()).hexdigest()[:8]
 
 
 def measure(notebook: Path, out_root: Path, timeout: float) -> Result:
