@@ -36,6 +36,7 @@ _COMPREHENSION = {
     ast.GeneratorExp: "genexpr",
 }  # fmt: skip
 At = tuple[int, int]
+_ASSIGNS = (ast.Assign, ast.AnnAssign, ast.AugAssign)
 
 
 def _key(node: ast.AST) -> tuple[str, int]:
@@ -252,6 +253,9 @@ class Module:
         # a class body's names bound so far (a read before its class binds the name reads the
         # module's: `class Config: lr = lr`); a line's value is read before its target is bound
         bound: dict[Scope, dict[str, At]] = {}
+        # the names an assignment over several lines binds, and its last line: its value is
+        # read before they are bound (`model, opt = wrap(\n    module=model, ...)` reads them)
+        late: dict[int, int] = {}
         met = 0
         stack: list[tuple[ast.AST, Scope] | int] = [(root, scope)]
         while stack:
@@ -260,6 +264,12 @@ class Module:
                 span[top] = (span[top][0], len(found))
                 continue
             node, scope = top
+            if isinstance(node, _ASSIGNS) and node.end_lineno != node.lineno:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    for sub in ast.walk(target):
+                        if isinstance(sub, ast.Name):
+                            late[id(sub)] = node.end_lineno or node.lineno
             span[id(node)] = (len(found), 0)
             stack.append(id(node))
             if isinstance(node, ast.Global):  # an entry of its own, so that spans hold it
@@ -271,6 +281,8 @@ class Module:
                 where = (at.lineno, at.col_offset)
                 text, read = name
                 if not read:
+                    if late:  # bound where the assignment ends, after the lines it reads
+                        where = (late.get(id(node), where[0]), where[1])
                     if scope.kind == "class":
                         end = (where[0], 1 << 30)
                         names = bound.setdefault(scope, {})

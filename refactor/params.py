@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from .globalnames import Module
 from .placement import Param
 from .read import Note
 from .transform import DeviceTransformer
@@ -190,6 +191,11 @@ def _init_reads(node: cst.ClassDef, reads: list[str]) -> list[str]:
     if init is None:
         return []
     names = all_names(init)
+    try:  # the names it reads from the globals: not its parameters and locals (`layers`)
+        alone = Module(cst.Module(body=[init]).code)
+        names &= set(alone.reads(alone.tree.body, (), frozenset()))
+    except (SyntaxError, ValueError):  # as a function of its own it does not compile
+        pass
     return [r for r in reads if r in names]
 
 

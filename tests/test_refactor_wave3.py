@@ -1,0 +1,78 @@
+"""`trainmate refactor` on the failure classes the third wave of real notebooks showed
+(`benchmarks/refactor_corpus3.toml`, BENCHMARKS.md "A third wave of real notebooks"): each a small
+notebook of our own, refactored statically; the package passes the gate and computes what the
+notebook computed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from nbformat.v4 import new_code_cell, new_markdown_cell
+
+from tests.test_refactor_dataflow import code_of, imports_quietly
+from tests.test_refactor_gate_classes import gate_findings, refactored
+
+
+def run_value(out: Path, package: str, expression: str) -> str:
+    """`expression` evaluated on `run(Config())`'s result (`result`), printed."""
+    proc = subprocess.run(
+        [sys.executable, "-c", f"from {package}.train import run; from {package}.config import "
+         f"Config; result = run(Config()); print({expression})"],
+        cwd=out, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def clean(out: Path, package: str, tmp_path: Path) -> None:
+    assert gate_findings(out) == []
+    assert "gate: 0 (" in (out / "REFACTOR_REPORT.md").read_text()
+    for module in code_of(out, package):
+        imports_quietly(out, package, module.removesuffix(".py"), tmp_path)
+
+
+def test_an_assignment_over_several_lines_reads_what_it_rebinds(tmp_path: Path) -> None:
+    """`model, optimizer, train_loader = engine.make_private(\\n module=model, ...)` (opacus's
+    tutorials): the names the value reads on the lines after the first are read before the
+    statement binds them, so the section gets them from the earlier one (an F821 on each)."""
+    out = refactored(
+        tmp_path,
+        "wrapped",
+        [
+            new_markdown_cell("# Wrapped\n## Data"),
+            new_code_cell("items = [3, 1, 2]\nscale = 10"),
+            new_code_cell("def wrap(values, factor):\n    return sorted(values), factor * 2"),
+            new_markdown_cell("## Wrap them"),
+            new_code_cell("items, scale = wrap(\n    items,\n    factor=scale,\n)"),
+            new_code_cell("total = sum(items) * scale"),
+        ],
+    )
+    clean(out, "wrapped", tmp_path)
+    assert run_value(out, "wrapped", "result['items'], result['total']") == "[1, 2, 3] 120"
+
+
+def test_an_init_parameter_named_as_a_global_a_method_reads(tmp_path: Path) -> None:
+    """`__init__(self, layers)` and a `forward` that reads the notebook's global `layers`
+    (two PINN notebooks): the parameter is `__init__`'s own, so the class reads `layers` only
+    outside `__init__` (module state), and its constructor is not given `layers` twice (mypy:
+    "gets multiple values for keyword argument"; the gate: `layers` undefined in `forward`)."""
+    out = refactored(
+        tmp_path,
+        "pinn",
+        [
+            new_markdown_cell("# PINN\n## Model"),
+            new_code_cell(
+                "class Net:\n    def __init__(self, layers):\n        self.sizes = "
+                "[layers[i] * layers[i + 1] for i in range(len(layers) - 1)]\n\n"
+                "    def forward(self, x):\n        for i in range(len(layers) - 2):\n"
+                "            x = x + self.sizes[i]\n        return x"
+            ),
+            new_markdown_cell("## Train"),
+            new_code_cell("layers = [2, 3, 4, 1]\nnet = Net(layers)\nout = net.forward(1)"),
+        ],
+    )
+    clean(out, "pinn", tmp_path)
+    assert "layers=layers" not in code_of(out, "pinn")["train.py"]
+    assert run_value(out, "pinn", "result['out']") == "19"
