@@ -2,7 +2,8 @@
 Step 4b: the imports each module needs. Every name the notebook imports maps to one import
 statement that binds only it; a module imports what its code uses: the notebook's imports,
 the definitions of other modules of the package, the constants of `config`. A name the package
-defines itself is never also imported (no `F811`), and a module that uses a name nothing in the
+defines itself is not also imported (no `F811`), unless its definition reads it first (`class
+DeepGP(DeepGP):` over the imported one: its module imports it), and a module that uses a name nothing in the
 notebook binds gets the notebook's star imports (`from miniai.datasets import *`), where such
 names come from. A name imported from where IPython 9 no longer has it (`from IPython.core.display
 import display`) is imported from `IPython.display`, with a warning in the report.
@@ -145,6 +146,23 @@ def imports_of(plan: Plan) -> Imports:
     return Imports(lines, tuple(dict.fromkeys(stars)), tuple(notes))
 
 
+def _reads_itself(node: cst.CSTNode, name: str) -> bool:
+    """Whether a definition reads the name it binds where it is defined, before binding it:
+    `class DeepGP(DeepGP):` over an imported `DeepGP` (gpytorch's deep GP example), a decorator
+    or a default of that name. Its module then keeps the import, before the definition."""
+    if isinstance(node, cst.ClassDef):
+        outer: list[cst.CSTNode] = [*node.bases, *node.keywords, *node.decorators]
+    elif isinstance(node, cst.FunctionDef):
+        params = node.params
+        every = [*params.posonly_params, *params.params, *params.kwonly_params]
+        outer = [p.default for p in every if p.default is not None]
+        outer += [p.annotation for p in every if p.annotation is not None]
+        outer += [*node.decorators] + ([node.returns] if node.returns is not None else [])
+    else:
+        return False
+    return any(name in names(part) for part in outer)
+
+
 def header(plan: Plan, imports: Imports, module: str, body: str, extra: Iterable[str] = ()) -> str:
     """The imports `body` needs: the notebook's, other modules' definitions, constants."""
     used = names_in(body) | set(extra)
@@ -152,7 +170,9 @@ def header(plan: Plan, imports: Imports, module: str, body: str, extra: Iterable
     lines = [
         imports.lines[n]
         for n in sorted(used)
-        if n in imports.lines and n not in plan.placed and n not in plan.module_state
+        if n in imports.lines
+        and n not in plan.module_state
+        and (n not in plan.placed or (n in own and _reads_itself(plan.placed[n].item.node, n)))
     ]
     local: dict[str, list[str]] = {}
     for name in sorted(used):

@@ -76,3 +76,24 @@ def test_an_init_parameter_named_as_a_global_a_method_reads(tmp_path: Path) -> N
     clean(out, "pinn", tmp_path)
     assert "layers=layers" not in code_of(out, "pinn")["train.py"]
     assert run_value(out, "pinn", "result['out']") == "19"
+
+
+def test_a_class_that_derives_from_the_import_it_shadows(tmp_path: Path) -> None:
+    """`from gpytorch.models.deep_gps import DeepGP` and then `class DeepGP(DeepGP):`: the
+    class's base is the imported class, read before the class binds the name; its module keeps
+    the import (it had none: `DeepGP` undefined on import)."""
+    out = refactored(
+        tmp_path,
+        "shadow",
+        [
+            new_markdown_cell("# Shadow\n## Model"),
+            new_code_cell("from fractions import Fraction"),
+            new_code_cell(
+                "class Fraction(Fraction):\n    def half(self):\n        return self / 2"
+            ),
+            new_markdown_cell("## Use it"),
+            new_code_cell("value = float(Fraction(3, 1).half())"),
+        ],
+    )
+    clean(out, "shadow", tmp_path)
+    assert run_value(out, "shadow", "result['value']") == "1.5"
