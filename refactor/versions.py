@@ -3,7 +3,9 @@ Step 3a: definitions are versions. A notebook is a sequence: `split_loss` is def
 redefined and called again, and each call runs the definition that was live at that point when
 the notebook ran top to bottom.
 
-Every function and class defined more than once gets one version per definition. A top-level
+Every function and class defined more than once gets one version per definition, and so does
+one whose name a later statement rebinds to a value (`def train_xgb`, then `train_xgb =
+evaluate(...)`): the value keeps the name, each definition is a version (`train_xgb_v1`). A top-level
 statement binds to the version live where it stands; a function's body to the version live where
 it was defined (or, for a name defined only after it, the version live at the first top-level
 statement that uses the function). The versions something still calls are kept: the first under
@@ -97,7 +99,18 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
             if exported_only and not item.cell.export:
                 continue
             definitions.setdefault(item.name, []).append(index)
-    multiple = {n: d for n, d in definitions.items() if len(d) > 1}
+    # a definition whose name a later statement rebinds to a value (`train_xgb = evaluate(...)`
+    # after `def train_xgb`, or `model = model()`): the value keeps the name, the definition
+    # becomes a version of its own (`train_xgb_v1`), else a section that calls it and then
+    # rebinds the name reads a local before it is bound (UnboundLocalError)
+    rebound = {
+        name
+        for index, item in enumerate(items)
+        if item.kind in ("statement", "constant")
+        for name in item.binds
+        if name in definitions and definitions[name][0] < index
+    }
+    multiple = {n: d for n, d in definitions.items() if len(d) > 1 or n in rebound}
     if not multiple:
         return Versions(tuple(items), (), (), tuple(reserved))
     notes_early: list[Note] = reserved
@@ -150,7 +163,7 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
     for name, indexes in multiple.items():
         keep = sorted(used[name]) or [indexes[-1]]
         for position, index in enumerate(keep):
-            if position == 0:
+            if position == 0 and name not in rebound:
                 names[index] = name
                 continue
             number = indexes.index(index) + 1
@@ -304,8 +317,14 @@ def _call_points(items: list[Item]) -> dict[int, set[int]]:
 
 def table(versions: Versions) -> list[str]:
     """The report's lines: how many versions are kept, and which call uses which."""
-    count = sum(len(v) for _, v in versions.kept if len(v) > 1)
+    count = sum(len(v) for n, v in versions.kept if len(v) > 1 or n not in v)
     lines = [f"versions kept: {count}"]
+    lines += [
+        f"- `{name}` is rebound to a value by a later statement: the definition is "
+        + ", ".join(f"`{v}`" for v in kept)
+        for name, kept in versions.kept
+        if name not in kept
+    ]
     if versions.uses:
         lines += ["", "| cell | line | in | calls | version |", "| --- | --- | --- | --- | --- |"]
         lines += [

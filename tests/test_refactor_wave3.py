@@ -97,3 +97,29 @@ def test_a_class_that_derives_from_the_import_it_shadows(tmp_path: Path) -> None
     )
     clean(out, "shadow", tmp_path)
     assert run_value(out, "shadow", "result['value']") == "1.5"
+
+
+def test_a_function_whose_name_a_later_statement_rebinds(tmp_path: Path) -> None:
+    """`def train_xgb(...)`, then in one cell `(...) = train_xgb(train, valid)` and `train_xgb
+    = evaluate(...)` (josiahdavis/tabular): as a section function that read a local before
+    binding it (`F823`, UnboundLocalError). The value keeps the name (it is the notebook's
+    final state); the function becomes a version of its own, and the report says which call
+    uses it."""
+    out = refactored(
+        tmp_path,
+        "rebound",
+        [
+            new_markdown_cell("# Rebound\n## Fit"),
+            new_code_cell("def train_xgb(a, b):\n    return a + b, a * b"),
+            new_code_cell(
+                "total, product = train_xgb(2, 3)\ntrain_xgb = {'total': total, 'product': product}"
+            ),
+            new_markdown_cell("## Report"),
+            new_code_cell("summary = sorted(train_xgb)"),
+        ],
+    )
+    clean(out, "rebound", tmp_path)
+    assert run_value(out, "rebound", "result['train_xgb'], result['summary']") == (
+        "{'total': 5, 'product': 6} ['product', 'total']"
+    )
+    assert "train_xgb_v1" in (out / "REFACTOR_REPORT.md").read_text()
