@@ -262,6 +262,8 @@ def gate_key(finding: dict[str, object]) -> tuple[str, str]:
     named = re.search(r"`([^`]+)`", message)
     if code in ("syntax", "E999", "invalid-syntax"):
         return ("syntax", "")
+    if code == "F823":  # a local read before its assignment: undefined where no global has it
+        code = "F821"
     return (code, named.group(1) if named else message)
 
 

@@ -2,7 +2,7 @@
 Step 6a: the gate. `ruff check --select E9,F63,F7,F82,F811` (syntax errors, undefined names,
 redefinitions: the usual CI gate, not style) on the written package, and on the notebook's own
 code (its cells, as IPython's input transformers made them, as one script). An undefined name
-the notebook's own code already has is pre-existing: the report lists it with its cell and line.
+(or a local read before its assignment) the notebook's own code already has is pre-existing: the report lists it with its cell and line.
 So is a finding in a file the notebook wrote with `%%writefile` (copied as written). Every other
 finding is one the refactor introduced, and there should be none.
 """
@@ -20,6 +20,11 @@ from .output import ruff
 from .read import Notebook
 
 RULES = "E9,F63,F7,F82,F811"
+# a name read where nothing binds it: undefined (F821), or a function's local read before its
+# assignment (F823, when a global of that name exists). The notebook's own such read is one
+# finding or the other in the package depending on whether the module it lands in has a global
+# of that name (aamini's `if "experiment" in locals(): experiment.end()`): the same error.
+UNBOUND = ("F821", "F823")
 UNDEFINED = re.compile(r"[`'](.+?)[`']")
 
 
@@ -82,13 +87,13 @@ def notebook_findings(nb: Notebook, skipped: set[int]) -> tuple[Finding, ...]:
         line += text.count("\n")
     out: list[Finding] = []
     for found in _ruff(["--stdin-filename", "notebook.py", "-"], stdin="".join(parts)):
-        if found.get("code") != "F821":
+        if found.get("code") not in UNBOUND:
             continue  # a redefinition is a notebook's normal shape; a syntax error is skipped
         location = found.get("location")
         row = int(location.get("row", 1)) if isinstance(location, dict) else 1
         index = max(bisect.bisect_right(starts, row) - 1, 0)
         where = f"cell {cells[index]}, line {row - starts[index] + 1}" if cells else "notebook"
-        out.append(Finding(where, "F821", str(found.get("message", ""))))
+        out.append(Finding(where, str(found.get("code")), str(found.get("message", ""))))
     return tuple(out)
 
 
@@ -109,7 +114,7 @@ def check(folder: Path, nb: Notebook, skipped: set[int]) -> Gate:
         finding = Finding(
             f"{relative}:{row}:{column}", str(found.get("code")), str(found.get("message", ""))
         )
-        if relative in nb.files or (finding.code == "F821" and _name(finding.message) in names):
+        if relative in nb.files or (finding.code in UNBOUND and _name(finding.message) in names):
             carried.append(finding)  # the notebook's own (or a file it wrote, as written)
         else:
             introduced.append(finding)

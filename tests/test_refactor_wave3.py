@@ -123,3 +123,31 @@ def test_a_function_whose_name_a_later_statement_rebinds(tmp_path: Path) -> None
         "{'total': 5, 'product': 6} ['product', 'total']"
     )
     assert "train_xgb_v1" in (out / "REFACTOR_REPORT.md").read_text()
+
+
+def test_the_notebooks_own_local_read_before_assignment_is_not_the_refactors(
+    tmp_path: Path,
+) -> None:
+    """`if "experiment" in locals(): experiment.end()` before `experiment = ...` in a function
+    (MIT 6.S191's labs): the notebook's own code reads a local before assigning it (`F823`:
+    the notebook has a global of that name); in the package the function's module has none,
+    and the same read is an `F821`. Both are the notebook's, listed as carried, not counted as
+    the refactor's."""
+    out = refactored(
+        tmp_path,
+        "tracker",
+        [
+            new_markdown_cell("# Tracker\n## Helpers"),
+            new_code_cell(
+                "def create_experiment(name):\n    if 'experiment' in locals():\n"
+                "        experiment.end()\n    experiment = {'name': name}\n    return experiment"
+            ),
+            new_markdown_cell("## Track"),
+            new_code_cell("experiment = create_experiment('first')"),
+        ],
+    )
+    report = (out / "REFACTOR_REPORT.md").read_text()
+    assert "gate: 0 (" in report
+    carried = [line for line in report.splitlines() if line.startswith("- in the package:")]
+    assert any("`experiment`" in line for line in carried), report
+    assert run_value(out, "tracker", "result['experiment']") == "{'name': 'first'}"
