@@ -53,6 +53,20 @@ PACKAGES = [
     "httpcore2",
     "truststore",
     "hf-xet",
+    # the third wave (refactor_corpus3.toml)
+    "gpytorch",
+    "linear_operator",
+    "jaxtyping",
+    "wadler_lindig",
+    "opacus",
+    "opt_einsum",
+    "xgboost-cpu",
+    "seqeval",
+    "torchbnn",
+    "pyDOE==0.3.8",
+    "scipy",
+    "transformers",
+    "tokenizers",
 ]
 IMPORTS = [
     "torchvision",
@@ -65,6 +79,13 @@ IMPORTS = [
     "timm",
     "ignite",
     "pytorch_tabular",
+    "gpytorch",
+    "opacus",
+    "xgboost",
+    "seqeval",
+    "torchbnn",
+    "pyDOE",
+    "transformers",
 ]
 MARK = "# --- refactor_corpus_env: nms on CPU torch ---"
 SHIM = f"""
