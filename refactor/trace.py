@@ -5,7 +5,8 @@ A first cell (added to a copy; the notebook itself is never touched) registers a
 `post_run_cell` hook that wraps each function and each class's public methods (and `__init__`,
 `__len__`, `__getitem__`) as the notebook defines them. A wrapper records, for the first calls,
 the type of every argument and of the result (for tensors their dtype, shape and device, for
-integer tensors also their smallest and largest value; ints keep their value) under
+integer tensors also their smallest and largest value; ints keep their value; for a list or a
+dict whose first items share one type, that item, key and value type) under
 the shortest public name of the type (`torch.optim.AdamW`, not `torch.optim.adamw.AdamW`) and its
 bases. It also keeps small input/output fixtures of functions that take and return tensors, and
 a last cell keeps only those that draw no random numbers (Python's and torch's generator states
@@ -38,7 +39,7 @@ FIXTURE_FILE = "__trainmate_fixtures__.pt"
 
 SETUP = r"""
 def __trainmate_tracer__():
-    import functools, importlib, inspect, types
+    import functools, importlib, inspect, itertools, types
     ip = get_ipython()
     calls, fixtures, done = {}, {}, set()
     MAX_CALLS, MAX_FIXTURE = 16, 4096
@@ -74,9 +75,17 @@ def __trainmate_tracer__():
         out = {"kind": "object", "type": alias(t), "bases": mro}
         if isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 200):
             out["value"] = v  # small literals: the generated tests construct with them
-        if isinstance(v, list) and v and depth < 1:
+        if isinstance(v, list) and v and depth < 1 and same(v[:8]):
             out["item"] = describe(v[0], depth + 1)
+        if isinstance(v, dict) and v and depth < 1:
+            sample = list(itertools.islice(v.items(), 8))
+            if same([k for k, _ in sample]) and same([x for _, x in sample]):
+                out["dict_key"] = describe(sample[0][0], depth + 1)
+                out["dict_value"] = describe(sample[0][1], depth + 1)
         return out
+
+    def same(values):  # the items looked at share one type: the first stands for them all
+        return len({type(x) for x in values}) == 1
 
     def small(v):
         import torch

@@ -54,6 +54,11 @@ class _Reader:
         if name == "list" and "item" in d:
             inner = self.one(d["item"])
             return T("list", inner) if inner is not None and inner != NONE else None
+        if name == "dict" and "dict_key" in d and "dict_value" in d:
+            key, value = self.one(d["dict_key"]), self.one(d["dict_value"])
+            if key is None or value is None or NONE in (key, value):
+                return None
+            return T("dict", key, value)
         if name in ("list", "dict", "set", "tuple"):
             return None  # their items were not recorded
         return T(name)

@@ -151,3 +151,30 @@ def test_the_notebooks_own_local_read_before_assignment_is_not_the_refactors(
     carried = [line for line in report.splitlines() if line.startswith("- in the package:")]
     assert any("`experiment`" in line for line in carried), report
     assert run_value(out, "tracker", "result['experiment']") == "{'name': 'first'}"
+
+
+def test_execute_records_a_dicts_key_and_value_types(tmp_path: Path) -> None:
+    """A vocabulary passed to a function (deeplearningzerotoall's `char_dic`): with `--execute`
+    its parameter is `dict[str, int]` (the tracer recorded no dict's items, so it stayed
+    unannotated); a dict whose values differ in type gets no item types from its first one."""
+    out = refactored(
+        tmp_path,
+        "vocab",
+        [
+            new_markdown_cell("# Vocab\n## Encode"),
+            new_code_cell(
+                "def encode(text, vocab):\n    return [vocab[c] for c in text]\n\n"
+                "def size(stats):\n    return len(stats)"
+            ),
+            new_code_cell(
+                "vocab = {c: i for i, c in enumerate('abc')}\ncodes = encode('cab', vocab)\n"
+                "n = size({'a': 1, 'b': 'x'})"
+            ),
+        ],
+        "--execute",
+    )
+    train = code_of(out, "vocab")
+    signatures = [line for text in train.values() for line in text.splitlines()]
+    assert any("vocab: dict[str, int]" in line for line in signatures), train
+    assert not any("stats: dict[str, int]" in line for line in signatures), train
+    assert "mypy on the package: clean" in (out / "REFACTOR_REPORT.md").read_text()
