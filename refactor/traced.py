@@ -109,12 +109,12 @@ def recorded(
     globals_seen: dict[str, Any] | None = None,
 ) -> Recorded:
     """The traced calls of the package's functions, by function key (`.train.fit`)."""
-    if not trace:
+    if not trace and not globals_seen:
         return Recorded()
     reader = _Reader(pkg)
     keys = {fn.qualname: key for key, fn in pkg.functions.items()}
     out = Recorded()
-    for qualname, calls in trace.items():
+    for qualname, calls in (trace or {}).items():
         key = keys.get(qualname)
         if key is None or not calls:
             continue

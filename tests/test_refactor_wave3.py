@@ -178,3 +178,25 @@ def test_execute_records_a_dicts_key_and_value_types(tmp_path: Path) -> None:
     assert any("vocab: dict[str, int]" in line for line in signatures), train
     assert not any("stats: dict[str, int]" in line for line in signatures), train
     assert "mypy on the package: clean" in (out / "REFACTOR_REPORT.md").read_text()
+
+
+def test_execute_types_a_notebook_that_defines_no_function(tmp_path: Path) -> None:
+    """A notebook of top-level code only (deeplearningzerotoall's RNN char-seq): no function of
+    its own was called, so the trace held no calls and the types of the notebook's globals it
+    recorded were not used at all; the section functions' parameters now get them."""
+    out = refactored(
+        tmp_path,
+        "script",
+        [
+            new_markdown_cell("# Script\n## Vocabulary"),
+            new_code_cell(
+                "text = 'hello'\nvocab = {c: i for i, c in enumerate(sorted(set(text)))}"
+            ),
+            new_markdown_cell("## Encode"),
+            new_code_cell("codes = [vocab[c] for c in text]"),
+        ],
+        "--execute",
+    )
+    train = code_of(out, "script")["train.py"]
+    assert "vocab: dict[str, int]" in train, train
+    assert run_value(out, "script", "result['codes']") == "[1, 0, 2, 2, 3]"
