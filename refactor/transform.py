@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
@@ -97,6 +97,58 @@ class _Rename(cst.CSTTransformer):
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
         new = self.names.get(original_node.value)
         return updated_node.with_changes(value=new) if new else updated_node
+
+
+class _RenameLoads(_Rename):
+    """Reads only: a name an assignment, a `for`, a `with ... as` or `:=` binds keeps its name
+    (`model = model()` calls the function's version and binds the value under the plain name);
+    the reads inside a target (`x[i] = ...`, `obj.attr = ...`) are renamed."""
+
+    def _target(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> Any:
+        if isinstance(original, cst.Name):
+            return original
+        if isinstance(original, cst.Tuple | cst.List) and isinstance(updated, type(original)):
+            return updated.with_changes(
+                elements=[
+                    u.with_changes(value=self._target(o.value, u.value))
+                    for o, u in zip(original.elements, updated.elements, strict=True)
+                ]
+            )
+        return updated
+
+    def leave_AssignTarget(
+        self, original_node: cst.AssignTarget, updated_node: cst.AssignTarget
+    ) -> cst.AssignTarget:
+        return updated_node.with_changes(
+            target=self._target(original_node.target, updated_node.target)
+        )
+
+    def leave_AnnAssign(
+        self, original_node: cst.AnnAssign, updated_node: cst.AnnAssign
+    ) -> cst.AnnAssign:
+        return updated_node.with_changes(
+            target=self._target(original_node.target, updated_node.target)
+        )
+
+    def leave_For(self, original_node: cst.For, updated_node: cst.For) -> cst.For:
+        return updated_node.with_changes(
+            target=self._target(original_node.target, updated_node.target)
+        )
+
+    def leave_AsName(self, original_node: cst.AsName, updated_node: cst.AsName) -> cst.AsName:
+        return updated_node.with_changes(name=self._target(original_node.name, updated_node.name))
+
+    def leave_NamedExpr(
+        self, original_node: cst.NamedExpr, updated_node: cst.NamedExpr
+    ) -> cst.NamedExpr:
+        return updated_node.with_changes(
+            target=self._target(original_node.target, updated_node.target)
+        )
+
+
+def rename_loads(node: cst.BaseStatement, names: Mapping[str, str]) -> cst.BaseStatement:
+    """`node` with the reads of the variables in `names` renamed; what it binds keeps its name."""
+    return node.visit(_RenameLoads(names))  # type: ignore[return-value]
 
 
 def rename_reads(node: cst.BaseStatement, names: Mapping[str, str]) -> cst.BaseStatement:

@@ -25,7 +25,7 @@ import libcst as cst
 
 from .analyze import BUILTINS, Item
 from .read import Note
-from .transform import rename_reads
+from .transform import rename_loads, rename_reads
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,19 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
         if name in definitions and definitions[name][0] < index
     }
     multiple = {n: d for n, d in definitions.items() if len(d) > 1 or n in rebound}
+    # where a statement rebinds such a name: from there on the name is the value, not a version
+    values: dict[str, list[int]] = {}
+    for index, item in enumerate(items):
+        if item.kind in ("statement", "constant"):
+            for name in rebound & set(item.binds):
+                values.setdefault(name, []).append(index)
+
+    def version_at(name: str, point: int) -> int | None:
+        """The definition live at `point`, None where a statement rebound the name since."""
+        found = _live_at(multiple[name], point)
+        value = _live_at(values.get(name, []), point)
+        return None if found is None or (value is not None and value > found) else found
+
     if not multiple:
         return Versions(tuple(items), (), (), tuple(reserved))
     notes_early: list[Note] = reserved
@@ -136,8 +149,11 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
             points = sorted(
                 p for p in callers.get(index, ()) if p > index and _live_at(mine, p) == index
             )
-            found = [v for v in (_live_at(multiple[name], p) for p in points) if v is not None]
-            if found:
+            seen = [version_at(name, p) for p in points]
+            found = [v for v in seen if v is not None]
+            if name in values and None in seen:
+                pass  # a call where the name is a value: the body reads the value, as it runs
+            elif found:
                 binding[(index, name)] = found[0]
                 if len(set(found)) > 1 and item.name not in multiple:
                     split.setdefault(
@@ -145,7 +161,7 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
                     )
             elif name in live:
                 binding[(index, name)] = live[name]
-            else:
+            elif name not in values:
                 binding[(index, name)] = multiple[name][-1]
         if item.kind in ("statement", "constant"):
             for name in item.binds:
@@ -208,7 +224,7 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
         if not changed and new_name == item.name:
             out.append(item)
             continue
-        node = rename_reads(item.node, changed) if changed else item.node
+        node = rename_loads(item.node, changed) if changed else item.node
         if isinstance(node, cst.FunctionDef | cst.ClassDef) and new_name is not None:
             node = node.with_changes(name=cst.Name(new_name))
         reads = tuple(changed.get(r, r) for r in item.reads)
@@ -250,7 +266,7 @@ def _clones(
             renames = {
                 n: names[t] for (u, n), t in binding.items() if u == index and t in names
             } | {name: names[version]}
-            node = rename_reads(item.node, {k: v for k, v in renames.items() if k != v})
+            node = rename_loads(item.node, {k: v for k, v in renames.items() if k != v})
             if isinstance(node, cst.FunctionDef | cst.ClassDef):
                 node = node.with_changes(name=cst.Name(candidate))
             reads = tuple(renames.get(r, r) for r in item.reads)

@@ -200,3 +200,42 @@ def test_execute_types_a_notebook_that_defines_no_function(tmp_path: Path) -> No
     train = code_of(out, "script")["train.py"]
     assert "vocab: dict[str, int]" in train, train
     assert run_value(out, "script", "result['codes']") == "[1, 0, 2, 2, 3]"
+
+
+def test_a_function_called_after_the_rebinding_reads_the_value(tmp_path: Path) -> None:
+    """`def criterion`, then `criterion = lambda ...`, then a function that calls `criterion`,
+    called after the rebinding: it runs the lambda, as in the notebook, not the first version
+    (a review of the versions change found it ran `criterion_v1`: 5 instead of 25)."""
+    out = refactored(
+        tmp_path,
+        "later",
+        [
+            new_markdown_cell("# Later\n## Setup"),
+            new_code_cell(
+                "def criterion(pred, y):\n    return abs(pred - y)\n"
+                "criterion = lambda pred, y: (pred - y) ** 2"
+            ),
+            new_markdown_cell("## Train"),
+            new_code_cell("def train_step(x, y):\n    return criterion(x * 2, y)\n"),
+            new_code_cell("loss = train_step(3, 1)"),
+        ],
+    )
+    clean(out, "later", tmp_path)
+    assert run_value(out, "later", "result['loss']") == "25"
+
+
+def test_a_statement_that_calls_the_function_and_rebinds_its_name(tmp_path: Path) -> None:
+    """`model = model()`: the call is to the function's version, the value keeps the name
+    (renaming the target too gave `model_v1 = model_v1()`, an UnboundLocalError)."""
+    out = refactored(
+        tmp_path,
+        "selfcall",
+        [
+            new_markdown_cell("# Selfcall\n## Build"),
+            new_code_cell("def model():\n    return {'w': 3}\nmodel = model()"),
+            new_markdown_cell("## Use"),
+            new_code_cell("w = model['w']"),
+        ],
+    )
+    clean(out, "selfcall", tmp_path)
+    assert run_value(out, "selfcall", "result['model'], result['w']") == "{'w': 3} 3"
