@@ -13,7 +13,7 @@ import bisect
 import json
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .output import ruff
@@ -33,6 +33,7 @@ class Finding:
     where: str  # `train.py:12:5` or `cell 4, line 2`
     code: str
     message: str
+    line: str = field(default="", compare=False)  # the source line, stripped (F823's match)
 
     def __str__(self) -> str:
         return f"{self.where}: {self.code} {self.message}"
@@ -86,20 +87,27 @@ def notebook_findings(nb: Notebook, skipped: set[int]) -> tuple[Finding, ...]:
         parts.append(text)
         line += text.count("\n")
     out: list[Finding] = []
-    for found in _ruff(["--stdin-filename", "notebook.py", "-"], stdin="".join(parts)):
+    script = "".join(parts)
+    source = script.splitlines()
+    for found in _ruff(["--stdin-filename", "notebook.py", "-"], stdin=script):
         if found.get("code") not in UNBOUND:
             continue  # a redefinition is a notebook's normal shape; a syntax error is skipped
         location = found.get("location")
         row = int(location.get("row", 1)) if isinstance(location, dict) else 1
         index = max(bisect.bisect_right(starts, row) - 1, 0)
         where = f"cell {cells[index]}, line {row - starts[index] + 1}" if cells else "notebook"
-        out.append(Finding(where, str(found.get("code")), str(found.get("message", ""))))
+        text = source[row - 1].strip() if 0 < row <= len(source) else ""
+        out.append(Finding(where, str(found.get("code")), str(found.get("message", "")), text))
     return tuple(out)
 
 
 def check(folder: Path, nb: Notebook, skipped: set[int]) -> Gate:
     own = notebook_findings(nb, skipped)
-    names = {_name(f.message) for f in own}
+    names = {_name(f.message) for f in own if f.code == "F821"}
+    # a local read before its assignment: the same name on the same line of code (a package
+    # finding of that name elsewhere is the refactor's: it rebinds a name in a new function)
+    locals_read = {(_name(f.message), f.line) for f in own if f.code == "F823"}
+    lines_of: dict[Path, list[str]] = {}
     introduced: list[Finding] = []
     carried: list[Finding] = []
     for found in _ruff(["."], cwd=folder):
@@ -114,7 +122,22 @@ def check(folder: Path, nb: Notebook, skipped: set[int]) -> Gate:
         finding = Finding(
             f"{relative}:{row}:{column}", str(found.get("code")), str(found.get("message", ""))
         )
-        if relative in nb.files or (finding.code in UNBOUND and _name(finding.message) in names):
+        name = _name(finding.message)
+        if finding.code in UNBOUND and locals_read:
+            if path not in lines_of:
+                try:
+                    lines_of[path] = path.read_text(encoding="utf-8").splitlines()
+                except (OSError, UnicodeDecodeError):
+                    lines_of[path] = []
+            text = lines_of[path]
+            line = text[row - 1].strip() if isinstance(row, int) and 0 < row <= len(text) else ""
+        else:
+            line = ""
+        if (
+            relative in nb.files
+            or (finding.code == "F821" and name in names)
+            or (finding.code in UNBOUND and (name, line) in locals_read)
+        ):
             carried.append(finding)  # the notebook's own (or a file it wrote, as written)
         else:
             introduced.append(finding)

@@ -239,3 +239,30 @@ def test_a_statement_that_calls_the_function_and_rebinds_its_name(tmp_path: Path
     )
     clean(out, "selfcall", tmp_path)
     assert run_value(out, "selfcall", "result['model'], result['w']") == "{'w': 3} 3"
+
+
+def test_a_local_read_before_assignment_elsewhere_hides_no_finding(tmp_path: Path) -> None:
+    """The notebook's own F823 on `fractions` in one function does not make a finding of that
+    name on another line the notebook's: only the same name on the same line of code is
+    carried (a review found a section's `fractions = fractions.Fraction`, an UnboundLocalError,
+    counted as carried)."""
+    out = refactored(
+        tmp_path,
+        "elsewhere",
+        [
+            new_markdown_cell("# Elsewhere\n## Helpers"),
+            new_code_cell(
+                "import fractions\ndef close():\n    if 'fractions' in locals():\n"
+                "        fractions.clear()\n    fractions = None\n    return fractions"
+            ),
+            new_markdown_cell("## Build"),
+            new_code_cell("fractions = fractions.Fraction"),
+            new_markdown_cell("## Use"),
+            new_code_cell("w = float(fractions(1, 2))"),
+        ],
+    )
+    report = (out / "REFACTOR_REPORT.md").read_text()
+    gate = next(line for line in report.splitlines() if line.startswith("gate: "))
+    assert gate.startswith("gate: 1 "), report
+    carried = [line for line in report.splitlines() if line.startswith("- in the package:")]
+    assert len(carried) == 1 and "fractions.clear" not in carried[0], carried
