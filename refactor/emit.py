@@ -21,7 +21,7 @@ from .configfile import config_module
 from .distribute import MODULE, enabled
 from .docs import documented, model_card, module_docstring
 from .functions import TrainCell
-from .imports import Imports, header, imports_of
+from .imports import Imports, header, imports_of, self_import
 from .placement import Param
 from .plan import MODULES, Plan
 from .project import (
@@ -107,7 +107,8 @@ class _Emitter:
 
     def definition(self, name: str) -> str:
         placed = self.plan.placed[name]
-        node = add_parameters(placed.item.node, placed.params)
+        node = self_import(self.imports, placed.item.node, name, set(self.plan.placed))
+        node = add_parameters(node, placed.params)
         local = {p.source: p.name for p in placed.params}
         node = documented(
             self.transformed(node, local), placed.item.cell, self.plan.notebook.path.name

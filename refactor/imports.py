@@ -2,8 +2,8 @@
 Step 4b: the imports each module needs. Every name the notebook imports maps to one import
 statement that binds only it; a module imports what its code uses: the notebook's imports,
 the definitions of other modules of the package, the constants of `config`. A name the package
-defines itself is not also imported (no `F811`), unless its definition reads it first (`class
-DeepGP(DeepGP):` over the imported one: its module imports it), and a module that uses a name nothing in the
+defines itself is not also imported (no `F811`); one whose definition reads it first (`class
+DeepGP(DeepGP):` over the imported one) reads it under an alias its module imports, and a module that uses a name nothing in the
 notebook binds gets the notebook's star imports (`from miniai.datasets import *`), where such
 names come from. A name imported from where IPython 9 no longer has it (`from IPython.core.display
 import display`) is imported from `IPython.display`, with a warning in the report.
@@ -14,11 +14,13 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import libcst as cst
 
 from .plan import Plan
 from .read import Note
+from .transform import rename_in
 from .walk import names
 
 CONFIG_NAMES = frozenset({"Config", "resolve_device"})
@@ -146,21 +148,44 @@ def imports_of(plan: Plan) -> Imports:
     return Imports(lines, tuple(dict.fromkeys(stars)), tuple(notes))
 
 
-def _reads_itself(node: cst.CSTNode, name: str) -> bool:
-    """Whether a definition reads the name it binds where it is defined, before binding it:
-    `class DeepGP(DeepGP):` over an imported `DeepGP` (gpytorch's deep GP example), a decorator
-    or a default of that name. Its module then keeps the import, before the definition."""
+def self_import(imports: Imports, node: cst.BaseStatement, name: str, taken: set[str]) -> Any:
+    """A definition that reads the imported name it binds where it is defined (`class
+    DeepGP(DeepGP):` over gpytorch's `DeepGP`, a decorator or a default of that name), with
+    those reads renamed to an alias its module imports (`from ... import DeepGP as
+    DeepGP_import`): importing the name itself and then redefining it works, but mypy rejects
+    it (no-redef) and takes every later use for the imported one. Else `node` unchanged."""
+    line = imports.lines.get(name)
+    if line is None or not isinstance(node, cst.ClassDef | cst.FunctionDef):
+        return node
     if isinstance(node, cst.ClassDef):
         outer: list[cst.CSTNode] = [*node.bases, *node.keywords, *node.decorators]
-    elif isinstance(node, cst.FunctionDef):
+    else:
         params = node.params
         every = [*params.posonly_params, *params.params, *params.kwonly_params]
         outer = [p.default for p in every if p.default is not None]
         outer += [p.annotation for p in every if p.annotation is not None]
         outer += [*node.decorators] + ([node.returns] if node.returns is not None else [])
-    else:
-        return False
-    return any(name in names(part) for part in outer)
+    if not any(name in names(part) for part in outer):
+        return node
+    alias = f"{name}_import"
+    while alias in taken or alias in imports.lines:
+        alias += "_"
+    statement: Any = cst.parse_statement(line)
+    small = statement.body[0]
+    one = small.names[0].with_changes(asname=cst.AsName(name=cst.Name(alias)))
+    imports.lines[alias] = _code(small.with_changes(names=[one])).strip()
+    rename = {name: alias}
+    if isinstance(node, cst.ClassDef):
+        return node.with_changes(
+            bases=[rename_in(b, rename) for b in node.bases],
+            keywords=[rename_in(k, rename) for k in node.keywords],
+            decorators=[rename_in(d, rename) for d in node.decorators],
+        )
+    return node.with_changes(
+        params=rename_in(node.params, rename),
+        decorators=[rename_in(d, rename) for d in node.decorators],
+        returns=rename_in(node.returns, rename) if node.returns is not None else None,
+    )
 
 
 def header(plan: Plan, imports: Imports, module: str, body: str, extra: Iterable[str] = ()) -> str:
@@ -170,9 +195,7 @@ def header(plan: Plan, imports: Imports, module: str, body: str, extra: Iterable
     lines = [
         imports.lines[n]
         for n in sorted(used)
-        if n in imports.lines
-        and n not in plan.module_state
-        and (n not in plan.placed or (n in own and _reads_itself(plan.placed[n].item.node, n)))
+        if n in imports.lines and n not in plan.placed and n not in plan.module_state
     ]
     local: dict[str, list[str]] = {}
     for name in sorted(used):

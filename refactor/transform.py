@@ -151,6 +151,11 @@ def rename_loads(node: cst.BaseStatement, names: Mapping[str, str]) -> cst.BaseS
     return node.visit(_RenameLoads(names))  # type: ignore[return-value]
 
 
+def rename_in(node: cst.CSTNode, names: Mapping[str, str]) -> Any:
+    """Any node (a base class, a decorator, a parameter list) with `names` renamed."""
+    return node.visit(_Rename(names))
+
+
 def rename_reads(node: cst.BaseStatement, names: Mapping[str, str]) -> cst.BaseStatement:
     """`node` with the variables in `names` renamed (not attribute names nor keywords)."""
     return node.visit(_Rename(names))  # type: ignore[return-value]

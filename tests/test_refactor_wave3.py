@@ -80,8 +80,8 @@ def test_an_init_parameter_named_as_a_global_a_method_reads(tmp_path: Path) -> N
 
 def test_a_class_that_derives_from_the_import_it_shadows(tmp_path: Path) -> None:
     """`from gpytorch.models.deep_gps import DeepGP` and then `class DeepGP(DeepGP):`: the
-    class's base is the imported class, read before the class binds the name; its module keeps
-    the import (it had none: `DeepGP` undefined on import)."""
+    class's base is the imported class, read before the class binds the name; its module imports
+    it under an alias (it had no import: `DeepGP` undefined on import)."""
     out = refactored(
         tmp_path,
         "shadow",
@@ -97,6 +97,10 @@ def test_a_class_that_derives_from_the_import_it_shadows(tmp_path: Path) -> None
     )
     clean(out, "shadow", tmp_path)
     assert run_value(out, "shadow", "result['value']") == "1.5"
+    # the class reads the import under an alias: mypy takes `Fraction` for the class (with the
+    # import under its own name it reported no-redef and decorated the function using it)
+    assert "mypy on the package: clean" in (out / "REFACTOR_REPORT.md").read_text()
+    assert "import Fraction as Fraction_import" in "".join(code_of(out, "shadow").values())
 
 
 def test_a_function_whose_name_a_later_statement_rebinds(tmp_path: Path) -> None:
