@@ -5,10 +5,12 @@ the notebook ran top to bottom.
 
 Every function and class defined more than once gets one version per definition, and so does
 one whose name a later statement rebinds to a value (`def train_xgb`, then `train_xgb =
-evaluate(...)`): the value keeps the name, each definition is a version (`train_xgb_v1`). A top-level
-statement binds to the version live where it stands; a function's body to the version live where
-it was defined (or, for a name defined only after it, the version live at the first top-level
-statement that uses the function). The versions something still calls are kept: the first under
+evaluate(...)`): the value keeps the name, each definition is a version (`train_xgb_v1`). A
+top-level statement binds to the version live where it stands (only its reads are renamed:
+`model = model()` calls a version and binds the plain name); a function's body to the version
+live where it was defined (or, for a name defined only after it, the version live at the first
+top-level statement that uses the function; the value, where a statement rebound the name
+before that point). The versions something still calls are kept: the first under
 the plain name, the later ones as `NAME_v2`, `NAME_v3` (by definition order), and the references
 are renamed to match. A version nothing calls is dropped, with a note. The result, `Versions`,
 is handed to the plan: the items in order (renamed) and the table of which call uses which.
