@@ -2,9 +2,10 @@
 Step 6a: the gate. `ruff check --select E9,F63,F7,F82,F811` (syntax errors, undefined names,
 redefinitions: the usual CI gate, not style) on the written package, and on the notebook's own
 code (its cells, as IPython's input transformers made them, as one script). An undefined name
-(or a local read before its assignment) the notebook's own code already has is pre-existing: the report lists it with its cell and line.
-So is a finding in a file the notebook wrote with `%%writefile` (copied as written). Every other
-finding is one the refactor introduced, and there should be none.
+the notebook's own code already has is pre-existing: the report lists it with its cell and line;
+so is a local it reads before assigning it, where the package has that read on the same line of
+code. So is a finding in a file the notebook wrote with `%%writefile` (copied as written). Every
+other finding is one the refactor introduced, and there should be none.
 """
 
 from __future__ import annotations
