@@ -2,11 +2,12 @@
 Step 4b: the imports each module needs. Every name the notebook imports maps to one import
 statement that binds only it; a module imports what its code uses: the notebook's imports,
 the definitions of other modules of the package, the constants of `config`. A name the package
-defines itself is not also imported (no `F811`); one whose definition reads it first (`class
-DeepGP(DeepGP):` over the imported one) reads it under an alias its module imports, and a module that uses a name nothing in the
-notebook binds gets the notebook's star imports (`from miniai.datasets import *`), where such
-names come from. A name imported from where IPython 9 no longer has it (`from IPython.core.display
-import display`) is imported from `IPython.display`, with a warning in the report.
+defines itself is not also imported (no `F811`); a definition that reads it first (`class
+DeepGP(DeepGP):` over the imported one) reads it under an alias its module imports. A module
+that uses a name nothing in the notebook binds gets the notebook's star imports (`from
+miniai.datasets import *`), where such names come from. A name imported from where IPython 9 no
+longer has it (`from IPython.core.display import display`) is imported from `IPython.display`,
+with a warning in the report.
 """
 
 from __future__ import annotations
@@ -172,6 +173,8 @@ def self_import(imports: Imports, node: cst.BaseStatement, name: str, taken: set
         alias += "_"
     statement: Any = cst.parse_statement(line)
     small = statement.body[0]
+    if isinstance(small, cst.Import) and small.names[0].asname is None and "." in line:
+        return node  # `import a.b` binds `a`: `import a.b as alias` would bind `a.b`
     one = small.names[0].with_changes(asname=cst.AsName(name=cst.Name(alias)))
     imports.lines[alias] = _code(small.with_changes(names=[one])).strip()
     rename = {name: alias}
