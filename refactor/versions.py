@@ -92,9 +92,83 @@ def _reserved(items: list[Item]) -> tuple[list[Item], list[Note]]:
     return out, notes
 
 
+def _rebound_imports(items: list[Item]) -> tuple[list[Item], list[Note]]:
+    """An imported name a later statement rebinds (`from tqdm import tqdm`, then `tqdm =
+    partial(tqdm, leave=True)`) is a version too: the import binds `tqdm_v1`, the statements up
+    to and including the rebinding read that, and the value keeps the name. A section function
+    holding the rebinding would otherwise read its own local `tqdm` before binding it."""
+    imported: dict[str, int] = {}  # name -> index of the import item binding it now
+    rebound: dict[str, tuple[int, int]] = {}  # name -> (import index, rebinding index)
+    for index, item in enumerate(items):
+        if item.kind == "import":
+            imported.update(dict.fromkeys(item.binds, index))
+        elif item.kind in ("statement", "constant"):
+            for name in item.binds:
+                if name in imported and name not in rebound:
+                    rebound[name] = (imported.pop(name), index)
+        elif item.name in imported:
+            imported.pop(item.name)  # a definition replaces the import: the versions' own case
+    if not rebound:
+        return items, []
+    taken = {n for it in items for n in it.binds} | set(BUILTINS)
+    out = list(items)
+    notes: list[Note] = []
+    for name, (at, until) in sorted(rebound.items(), key=lambda kv: kv[1]):
+        alias = f"{name}_v1"
+        while alias in taken or keyword.iskeyword(alias):
+            alias += "_"
+        node = _aliased(out[at].node, name, alias)
+        if node is None:
+            continue  # `import a.b` binds `a`: no alias can bind the same
+        taken.add(alias)
+        binds = tuple(alias if b == name else b for b in out[at].binds)
+        out[at] = dataclasses.replace(out[at], node=node, binds=binds)
+        for index in range(at + 1, until + 1):
+            item = out[index]
+            if item.kind in ("statement", "constant") and name in item.reads:
+                reads = tuple(alias if r == name else r for r in item.reads)
+                node = rename_loads(item.node, {name: alias})
+                out[index] = dataclasses.replace(item, node=node, reads=reads)
+        later = out[until]
+        notes.append(
+            Note(
+                out[at].cell.number,
+                out[at].line,
+                "kept",
+                f"{name}: imported as `{alias}`: cell {later.cell.number} rebinds `{name}` to "
+                "a value, which keeps the name",
+            )
+        )
+    return out, notes
+
+
+def _aliased(node: cst.BaseStatement, name: str, alias: str) -> cst.BaseStatement | None:
+    """The import statement with the name it binds as `name` bound as `alias` instead."""
+    if not isinstance(node, cst.SimpleStatementLine):
+        return None
+    line = node.body[0]
+    if not isinstance(line, cst.Import | cst.ImportFrom) or isinstance(line.names, cst.ImportStar):
+        return None
+    names = []
+    found = False
+    for one in line.names:
+        bound = one.evaluated_alias or one.evaluated_name
+        if bound == name and not found:
+            if one.asname is None and "." in one.evaluated_name and isinstance(line, cst.Import):
+                return None
+            one = one.with_changes(asname=cst.AsName(name=cst.Name(alias)))
+            found = True
+        names.append(one)
+    if not found:
+        return None
+    return node.with_changes(body=[line.with_changes(names=names), *node.body[1:]])
+
+
 def resolve(items: list[Item], exported_only: bool = False) -> Versions:
     """Bind every reference of a name defined more than once to the version live there."""
     items, reserved = _reserved(items)
+    items, imported = _rebound_imports(items)
+    reserved = [*reserved, *imported]
     definitions: dict[str, list[int]] = {}  # name -> indexes in `items` of its definitions
     for index, item in enumerate(items):
         if item.kind in ("function", "class") and not item.train_cell and item.name:
