@@ -21,7 +21,7 @@ import libcst as cst
 
 from .plan import Plan
 from .read import Note
-from .transform import rename_in
+from .transform import aliased_import, rename_in
 from .walk import names
 
 CONFIG_NAMES = frozenset({"Config", "resolve_device"})
@@ -171,12 +171,10 @@ def self_import(imports: Imports, node: cst.BaseStatement, name: str, taken: set
     alias = f"{name}_import"
     while alias in taken or alias in imports.lines:
         alias += "_"
-    statement: Any = cst.parse_statement(line)
-    small = statement.body[0]
-    if isinstance(small, cst.Import) and small.names[0].asname is None and "." in line:
-        return node  # `import a.b` binds `a`: `import a.b as alias` would bind `a.b`
-    one = small.names[0].with_changes(asname=cst.AsName(name=cst.Name(alias)))
-    imports.lines[alias] = _code(small.with_changes(names=[one])).strip()
+    statement = aliased_import(cst.parse_statement(line), name, alias)
+    if statement is None:
+        return node  # `import a.b` binds `a`: no alias binds the same
+    imports.lines[alias] = _code(statement).strip()
     rename = {name: alias}
     if isinstance(node, cst.ClassDef):
         return node.with_changes(

@@ -151,6 +151,23 @@ def rename_loads(node: cst.BaseStatement, names: Mapping[str, str]) -> cst.BaseS
     return node.visit(_RenameLoads(names))  # type: ignore[return-value]
 
 
+def aliased_import(node: cst.BaseStatement, name: str, alias: str) -> cst.BaseStatement | None:
+    """An import statement with what it binds as `name` bound as `alias` instead (`from tqdm
+    import tqdm as tqdm_v1`); None where it binds no `name` (`import a.b` binds `a`, and no
+    alias of `a.b` binds the same), or is no import of names."""
+    if not isinstance(node, cst.SimpleStatementLine):
+        return None
+    line = node.body[0]
+    if not isinstance(line, cst.Import | cst.ImportFrom) or isinstance(line.names, cst.ImportStar):
+        return None
+    for index, one in enumerate(line.names):
+        if (one.evaluated_alias or one.evaluated_name) == name:
+            names = list(line.names)
+            names[index] = one.with_changes(asname=cst.AsName(name=cst.Name(alias)))
+            return node.with_changes(body=[line.with_changes(names=names), *node.body[1:]])
+    return None
+
+
 def rename_in(node: cst.CSTNode, names: Mapping[str, str]) -> Any:
     """Any node (a base class, a decorator, a parameter list) with `names` renamed."""
     return node.visit(_Rename(names))

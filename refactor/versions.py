@@ -27,7 +27,7 @@ import libcst as cst
 
 from .analyze import BUILTINS, Item
 from .read import Note
-from .transform import rename_loads, rename_reads
+from .transform import aliased_import, rename_loads, rename_reads
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def _rebound_imports(items: list[Item]) -> tuple[list[Item], list[Note]]:
         alias = f"{name}_v1"
         while alias in taken or keyword.iskeyword(alias):
             alias += "_"
-        node = _aliased(out[at].node, name, alias)
+        node = aliased_import(out[at].node, name, alias)
         if node is None:
             continue  # `import a.b` binds `a`: no alias can bind the same
         taken.add(alias)
@@ -142,28 +142,6 @@ def _rebound_imports(items: list[Item]) -> tuple[list[Item], list[Note]]:
     return out, notes
 
 
-def _aliased(node: cst.BaseStatement, name: str, alias: str) -> cst.BaseStatement | None:
-    """The import statement with the name it binds as `name` bound as `alias` instead."""
-    if not isinstance(node, cst.SimpleStatementLine):
-        return None
-    line = node.body[0]
-    if not isinstance(line, cst.Import | cst.ImportFrom) or isinstance(line.names, cst.ImportStar):
-        return None
-    names = []
-    found = False
-    for one in line.names:
-        bound = one.evaluated_alias or one.evaluated_name
-        if bound == name and not found:
-            if one.asname is None and "." in one.evaluated_name and isinstance(line, cst.Import):
-                return None
-            one = one.with_changes(asname=cst.AsName(name=cst.Name(alias)))
-            found = True
-        names.append(one)
-    if not found:
-        return None
-    return node.with_changes(body=[line.with_changes(names=names), *node.body[1:]])
-
-
 def resolve(items: list[Item], exported_only: bool = False) -> Versions:
     """Bind every reference of a name defined more than once to the version live there."""
     items, reserved = _reserved(items)
@@ -179,20 +157,15 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
     # after `def train_xgb`, or `model = model()`): the value keeps the name, the definition
     # becomes a version of its own (`train_xgb_v1`), else a section that calls it and then
     # rebinds the name reads a local before it is bound (UnboundLocalError)
-    rebound = {
-        name
-        for index, item in enumerate(items)
-        if item.kind in ("statement", "constant")
-        for name in item.binds
-        if name in definitions and definitions[name][0] < index
-    }
-    multiple = {n: d for n, d in definitions.items() if len(d) > 1 or n in rebound}
-    # where a statement rebinds such a name: from there on the name is the value, not a version
+    # where a statement binds such a name: from there on the name is the value, not a version
     values: dict[str, list[int]] = {}
     for index, item in enumerate(items):
         if item.kind in ("statement", "constant"):
-            for name in rebound & set(item.binds):
+            for name in definitions.keys() & set(item.binds):
                 values.setdefault(name, []).append(index)
+    values = {n: ix for n, ix in values.items() if ix[-1] > definitions[n][0]}
+    rebound = set(values)
+    multiple = {n: d for n, d in definitions.items() if len(d) > 1 or n in rebound}
 
     def version_at(name: str, point: int) -> int | None:
         """The definition live at `point`, None where a statement rebound the name since."""
