@@ -147,10 +147,14 @@ def emit(plan: Plan) -> Emitted:
         place(cell, where)
     train_parts = modules.setdefault("train", [])
     train_parts.append(script.code)
-    if plan.module_state:
+    # a constant the notebook binds again in its script is module state too, but its first value
+    # comes from `config` (imported, and set from the `Config` at the start of `run()`): a
+    # declaration `= None` after the import replaced that value and redefined the name (F811)
+    declared = sorted(plan.module_state - set(plan.constants))
+    if declared:
         state = "\n".join(
             f"{n}: Any = None  # module state: bound by the notebook's code, read by its functions"
-            for n in sorted(plan.module_state)
+            for n in declared
         )
         train_parts.insert(0, state + "\n")
     for module in order:
@@ -161,7 +165,7 @@ def emit(plan: Plan) -> Emitted:
             continue
         body = "\n\n".join(parts)
         extra = set(script.extra_names) if module == "train" else set()
-        if module == "train" and plan.module_state:
+        if module == "train" and declared:
             extra.add("Any")
         cells = sorted({p.item.cell.number for p in plan.placed.values() if p.module == module})
         doc = f'"""{module_docstring(module, plan, cells)}\n"""\n\n'

@@ -53,20 +53,18 @@ def returns_annotation(names: tuple[str, ...] | list[str]) -> str:
     return " -> None" if not names else ""  # what it returns: typed by `annotate`
 
 
+def _config_value(plan: Plan, name: str, config: str) -> str:
+    """The expression that reads constant `name` from the `Config` (a list: the field is a tuple)."""
+    value = f"{config}.{plan.field_name(name)}"
+    return f"list({value})" if isinstance(plan.constants[name].value, list) else value
+
+
 def section_function(plan: Plan, section: Section, plots: str | None) -> str:
     config = config_name(plan)
     lines: list[str] = []
     if section.declares:
         lines.append(f"global {', '.join(section.declares)}")
-    for name in section.config:
-        field_name = plan.field_name(name)
-        item = plan.constants[name]
-        value = (
-            f"list({config}.{field_name})"
-            if isinstance(item.value, list)
-            else f"{config}.{field_name}"
-        )
-        lines.append(f"{name} = {value}")
+    lines += [f"{name} = {_config_value(plan, name, config)}" for name in section.config]
     lines += [u.code for u in section.units]
     if section.returns:
         lines.append("return " + ", ".join(section.returns))
@@ -95,6 +93,12 @@ def run_function(
         lines += ["global device", *resolved]
     elif plan.device and any("device" in s.params for s in sections):
         lines += resolved
+    # constants the script binds again are module state: `Config`'s value first, as for the
+    # sections that read a constant (`--batch-size` counts for them too)
+    rebound = sorted((plan.module_state & set(plan.constants)) - {"device"})
+    if rebound:
+        lines.append(f"global {', '.join(rebound)}")
+        lines += [f"{name} = {_config_value(plan, name, config)}" for name in rebound]
     indent = ""
     for index, section in enumerate(sections):
         if wiring is not None and index == wiring.main_from:
