@@ -267,3 +267,57 @@ class CallSites(cst.CSTTransformer):
             fixed = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
             return updated_node.with_changes(args=fixed)
         return updated_node
+
+
+def rename_heads(node: cst.BaseStatement, names: Mapping[str, str]) -> cst.BaseStatement:
+    """A def's or a class's parts that run when it is defined (what `analyze` calls
+    `at_definition`: decorators, defaults, parameter annotations and the return's; a class's
+    bases and keywords, and its methods' decorators and defaults) with `names` renamed, the rest
+    (the body, which runs later) unchanged."""
+    if isinstance(node, cst.FunctionDef):
+        params = node.params
+
+        def head(p: cst.Param) -> cst.Param:
+            return p.with_changes(
+                default=rename_in(p.default, names) if p.default is not None else None,
+                annotation=rename_in(p.annotation, names) if p.annotation is not None else None,
+            )
+
+        return node.with_changes(
+            decorators=[rename_in(d, names) for d in node.decorators],
+            params=params.with_changes(
+                posonly_params=[head(p) for p in params.posonly_params],
+                params=[head(p) for p in params.params],
+                kwonly_params=[head(p) for p in params.kwonly_params],
+            ),
+            returns=rename_in(node.returns, names) if node.returns is not None else None,
+        )
+    if not isinstance(node, cst.ClassDef):
+        return node
+    body = node.body
+    if isinstance(body, cst.IndentedBlock):
+
+        def method(s: cst.BaseStatement) -> cst.BaseStatement:
+            if not isinstance(s, cst.FunctionDef):
+                return s
+            params = s.params
+
+            def default(p: cst.Param) -> cst.Param:
+                return p.with_changes(default=rename_in(p.default, names)) if p.default else p
+
+            return s.with_changes(
+                decorators=[rename_in(d, names) for d in s.decorators],
+                params=params.with_changes(
+                    posonly_params=[default(p) for p in params.posonly_params],
+                    params=[default(p) for p in params.params],
+                    kwonly_params=[default(p) for p in params.kwonly_params],
+                ),
+            )
+
+        body = body.with_changes(body=[method(s) for s in body.body])
+    return node.with_changes(
+        decorators=[rename_in(d, names) for d in node.decorators],
+        bases=[rename_in(b, names) for b in node.bases],
+        keywords=[rename_in(k, names) for k in node.keywords],
+        body=body,
+    )

@@ -27,7 +27,7 @@ import libcst as cst
 
 from .analyze import BUILTINS, Item
 from .read import Note
-from .transform import aliased_import, rename_loads, rename_reads
+from .transform import aliased_import, rename_heads, rename_loads, rename_reads
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,13 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
     callers = _call_points(items)
     live: dict[str, int] = {}
     binding: dict[tuple[int, str], int] = {}
+    # what a definition's head (bases, decorators, defaults) reads runs where it stands: the
+    # version live before it, itself not yet (`class Fraction(Fraction):` over an earlier one);
+    # None: the plain name there (an import or a value)
+    heads: dict[int, dict[str, int | None]] = {}
     for index, item in enumerate(items):
+        if item.kind in ("function", "class") and set(item.at_definition) & set(multiple):
+            heads[index] = {n: live.get(n) for n in item.at_definition if n in multiple}
         if item.name in multiple and index in multiple[item.name]:
             live[item.name] = index  # before its body: a recursive call is to itself
         is_def = item.kind in ("function", "class")
@@ -220,6 +226,10 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
         used[name].add(target)
     for name, at in split.values():
         used[name] |= {v for v in at.values() if v is not None}
+    for head in heads.values():
+        for name, target in head.items():
+            if target is not None:
+                used[name].add(target)
     # a version only another version of the same name uses (recursion) is not a use on its own
     taken = {n for it in items for n in it.binds} | set(BUILTINS)
     names: dict[int, str] = {}
@@ -270,13 +280,23 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
             uses.append(Use(item.cell.number, item.line, user_name or "run()", name, version))
         new_name = names.get(index, item.name)
         changed = {k: v for k, v in renames.items() if k != v}
-        if not changed and new_name == item.name:
+        # the head's reads: from what the body's renaming made of them to the version live
+        # where the definition stands (or the plain name)
+        at_head = {
+            changed.get(n, n): names[t] if t is not None else n
+            for n, t in heads.get(index, {}).items()
+        }
+        at_head = {k: v for k, v in at_head.items() if k != v}
+        if not changed and not at_head and new_name == item.name:
             out.append(item)
             continue
         node = rename_loads(item.node, changed) if changed else item.node
+        if at_head:
+            node = rename_heads(node, at_head)
         if isinstance(node, cst.FunctionDef | cst.ClassDef) and new_name is not None:
             node = node.with_changes(name=cst.Name(new_name))
         reads = tuple(changed.get(r, r) for r in item.reads)
+        reads = tuple(dict.fromkeys([*reads, *at_head.values()]))
         binds = tuple(names.get(index, b) if b == item.name else b for b in item.binds)
         out.append(dataclasses.replace(item, node=node, name=new_name, reads=reads, binds=binds))
     for behind, clone in clones:  # a copy of a caller, for each version it runs with

@@ -44,3 +44,33 @@ def test_a_constant_the_script_binds_again_keeps_its_first_value(tmp_path: Path)
         cwd=out, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert proc.stdout.strip() == "7064"
+
+
+def test_a_definition_head_reads_the_version_live_where_it_stands(tmp_path: Path) -> None:
+    """What a definition's head reads runs where the definition stands: `class
+    Fraction(Fraction):` a second time derives from the first version (it was written `class
+    Fraction_v2(Fraction_v2)`, a NameError on import), and a default `h=g` is the `g` of that
+    point, not the one live where the function is called later (it printed `2 2`)."""
+    out = refactored_clean(
+        tmp_path,
+        "heads",
+        [
+            new_code_cell("from fractions import Fraction"),
+            new_markdown_cell("## One"),
+            new_code_cell(
+                "class Fraction(Fraction):\n    def half(self):\n        return self / 2"
+            ),
+            new_code_cell("def g():\n    return 1\n\ndef f(h=g):\n    return h()"),
+            new_code_cell("a = Fraction(1, 3).half()"),
+            new_markdown_cell("## Two"),
+            new_code_cell(
+                "class Fraction(Fraction):\n    def third(self):\n        return self / 3"
+            ),
+            new_code_cell("def g():\n    return 2"),
+            new_code_cell(
+                "b = Fraction(1, 3).third()\nc = Fraction(1, 3).half()\n"
+                "seen = f'{a} {b} {c} {f()} {g()}'"
+            ),
+        ],
+    )
+    assert run_value(out, "heads", "result['seen']") == "1/6 1/9 1/6 1 2"
