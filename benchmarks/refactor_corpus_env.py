@@ -67,6 +67,34 @@ PACKAGES = [
     "scipy",
     "transformers",
     "tokenizers",
+    # what the shared virtualenv no longer brings (the notebooks import them; found when the
+    # folder was made again on a new machine, 2026-12-02)
+    "pandas",
+    "pytz",
+    "narwhals",
+    "matplotlib",
+    "contourpy",
+    "cycler",
+    "fonttools",
+    "kiwisolver",
+    "pyparsing",
+    "scikit-learn",
+    "joblib",
+    "threadpoolctl",
+    "torchsummary",
+    # the fourth wave (refactor_corpus4.toml)
+    "torch_geometric",
+    "xxhash",
+    "torchprofile",
+    "pytorch-model-summary",
+    "linformer",
+    "vit-pytorch",
+    "mnist1d",
+    "ogb",
+    "outdated",
+    "littleutils",
+    "tabm",
+    "rtdl_num_embeddings",
 ]
 IMPORTS = [
     "torchvision",
@@ -86,6 +114,18 @@ IMPORTS = [
     "torchbnn",
     "pyDOE",
     "transformers",
+    "pandas",
+    "matplotlib",
+    "sklearn",
+    "torch_geometric",
+    "torchprofile",
+    "pytorch_model_summary",
+    "linformer",
+    "vit_pytorch",
+    "mnist1d",
+    "ogb",
+    "tabm",
+    "rtdl_num_embeddings",
 ]
 MARK = "# --- refactor_corpus_env: nms on CPU torch ---"
 SHIM = f"""
