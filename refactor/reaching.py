@@ -44,11 +44,21 @@ class Reaching:
     def __init__(self, body: list[ast.stmt], bindings: dict[str, list[Source]]) -> None:
         self.body = body
         self.bindings = bindings
-        self.top: dict[int, int] = {}  # node -> the index of the top-level statement holding it
+        # node -> where it stands: the statements holding it, outermost first, each as (the
+        # block it is in, its index there); the walk goes down into the branches of an `if`
+        # (both run in order from the `if`), not into loops, `with` or `try`
+        self.trail: dict[int, tuple[tuple[int, int], ...]] = {}
+        self.blocks: dict[int, list[ast.stmt]] = {id(body): body}
         self.unsure: set[str] = set()  # `:=` targets, globals, nested definitions and imports
-        for index, statement in enumerate(body):
-            for node in ast.walk(statement):
-                self.top[id(node)] = index
+        self._place(body, ())
+
+    def _place(self, block: list[ast.stmt], outer: tuple[tuple[int, int], ...]) -> None:
+        for index, statement in enumerate(block):
+            trail = (*outer, (id(block), index))
+            todo: list[ast.AST] = [statement]
+            while todo:
+                node = todo.pop()
+                self.trail[id(node)] = trail
                 if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
                     self.unsure.add(node.target.id)
                 elif isinstance(node, ast.Global | ast.Nonlocal):
@@ -57,14 +67,33 @@ class Reaching:
                     self.unsure.add(node.name)
                 elif isinstance(node, ast.Import | ast.ImportFrom):
                     self.unsure.update((a.asname or a.name).split(".")[0] for a in node.names)
+                if node is statement and isinstance(node, ast.If):
+                    todo.append(node.test)
+                    for branch in (node.body, node.orelse):
+                        self.blocks[id(branch)] = branch
+                        self._place(branch, trail)
+                    continue
+                todo.extend(ast.iter_child_nodes(node))
 
     def source(self, name: str, where: ast.AST) -> Source | Literal["param"] | Updated | None:
         """The binding of `name` that reaches `where` ("param": none before it, the parameter's
-        value), or None where the function's top level does not make it certain."""
-        at = self.top.get(id(where))
+        value), or None where the function's statements do not make it certain. The statements
+        that surely ran before `where`, in order: those before it in its block, then those
+        before the `if` that holds that block in the block around it, and so on up."""
+        point = self.trail.get(id(where))
         sources = self.bindings.get(name)
-        if at is None or not sources or name in self.unsure:
+        if point is None or not sources or name in self.unsure:
             return None
+        line: list[ast.stmt] = []  # the statements that ran before, then the point's own
+        position: dict[tuple[int, int], int] = {}
+        for block, index in point:
+            statements = self.blocks[block]
+            for i in range(index):
+                position[(block, i)] = len(line)
+                line.append(statements[i])
+        position[point[-1]] = len(line)
+        line.append(self.blocks[point[-1][0]][point[-1][1]])
+        at = len(line) - 1
         placed: list[tuple[int, Source]] = []
         for source in sources:
             kind, node, _ = source
@@ -72,26 +101,32 @@ class Reaching:
                 return None
             if kind == "param":
                 continue  # the parameter itself: before every statement
-            index = self.top.get(id(node))
-            if index is None:
+            trail = self.trail.get(id(node))
+            if trail is None:
                 return None
-            placed.append((index, source))
-        if any(i == at for i, _ in placed) and not isinstance(self.body[at], SIMPLE):
+            # the statement of `line` it stands in: the first of its trail that `line` holds
+            # (none: after the point, or in the other branch of an `if` the point is in)
+            found = next((position[t] for t in trail if t in position), None)
+            if found is not None:
+                placed.append((found, source))
+        if any(i == at for i, _ in placed) and not isinstance(line[at], SIMPLE):
             return None  # a compound statement may bind it before the point
         before = [(i, s) for i, s in placed if i < at]
         if not before:
             return "param" if any(s[0] == "param" for s in sources) else None
         last = max(i for i, _ in before)
         here = [s for i, s in before if i == last]
-        if len(here) == 1 and isinstance(self.body[last], ast.Assign | ast.AugAssign):
+        if len(here) == 1 and isinstance(line[last], ast.Assign | ast.AugAssign):
             return here[0]
-        return self._updated(sources, before)
+        return self._updated(sources, before, line)
 
-    def _updated(self, sources: list[Source], before: list[tuple[int, Source]]) -> Updated | None:
+    def _updated(
+        self, sources: list[Source], before: list[tuple[int, Source]], line: list[ast.stmt]
+    ) -> Updated | None:
         """The last simple assignment before the point and the bindings in compound statements
         after it; None where another simple statement binds it there (an unpacking, a second
         target) or nothing simple comes first and the name is no parameter."""
-        simple = [i for i, _ in before if isinstance(self.body[i], ast.Assign | ast.AugAssign)]
+        simple = [i for i, _ in before if isinstance(line[i], ast.Assign | ast.AugAssign)]
         start = max(simple, default=-1)
         base: Source | Literal["param"]
         if start >= 0:
@@ -104,6 +139,6 @@ class Reaching:
         else:
             return None
         updates = tuple(s for i, s in before if i > start)
-        if any(isinstance(self.body[i], SIMPLE) for i, _ in before if i > start):
+        if any(isinstance(line[i], SIMPLE) for i, _ in before if i > start):
             return None
         return Updated(base, updates)

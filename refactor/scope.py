@@ -62,6 +62,7 @@ class Scope:
         self._returns: list[ast.AST] | None = None
         self.extra: dict[str, Ty | None] = {}  # comprehension variables while one is typed
         self._reaching: Reaching | None = None
+        self.at_memo: dict[tuple[int, int], Ty | None] = {}  # (name, where) -> type, recording
         self.params = {a.arg for a in all_args(fn.node)} if fn else set()
         self.body: list[ast.stmt] = fn.node.body if fn else module.tree.body
         for statement in self.body:
@@ -153,7 +154,7 @@ class Scope:
 
     def reset(self) -> None:
         """Forget the types of the last round (the parameters' may have changed)."""
-        self.types, self.final, self.memo = {}, False, {}
+        self.types, self.final, self.memo, self.at_memo = {}, False, {}, {}
 
     @property
     def nodes(self) -> list[ast.AST]:
@@ -257,6 +258,10 @@ class Scope:
             return T("tuple", *(ANY if i is None else i for i in items))
         if not isinstance(node, ast.Name) or self.fn is None or self.extra:
             return self.typeof(node)
+        memo = self.final and self.e.recording
+        key = (id(node), id(where))
+        if memo and key in self.at_memo:
+            return self.at_memo[key]
         if self._reaching is None:
             self._reaching = Reaching(self.body, self.bindings)
         found = self._reaching.source(node.id, where)
@@ -266,12 +271,48 @@ class Scope:
             elif found == "param":
                 ty = self.e.param_type(self.fn, node.id)
             elif found is not None:
-                ty = self._source_type(node.id, found)
+                ty = self._reached(node.id, found)
             else:
                 ty = None
         except Pending:
             ty = None
-        return ty if ty is not None else self.typeof(node)
+        ty = ty if ty is not None else self.typeof(node)
+        if memo:
+            self.at_memo[key] = ty
+        return ty
+
+    def _reached(self, name: str, found: Source) -> Ty | None:
+        """The type `found` gives `name`, the local names its value reads taken where it
+        stands too (`model = distributed.wrap(model)` after `model = set_up(...)`, where a later
+        `model = reload()` of another type leaves `model` no flow-insensitive type)."""
+        kind, value, _ = found
+        reads: dict[str, ast.Name] = {}
+        if kind == "value" and isinstance(value, ast.expr):
+            todo: list[ast.AST] = [value]
+            while todo:
+                node = todo.pop()
+                if isinstance(node, (ast.Lambda, *COMPREHENSIONS)):
+                    continue  # their own variables
+                if (
+                    isinstance(node, ast.Name)
+                    and isinstance(node.ctx, ast.Load)
+                    and node.id in self.bindings
+                ):
+                    reads.setdefault(node.id, node)
+                todo.extend(ast.iter_child_nodes(node))
+        known_here = {}
+        for read, at_node in reads.items():
+            ty = self.at(at_node, at_node)
+            if ty is not None:
+                known_here[read] = ty
+        if not known_here:
+            return self._source_type(name, found)
+        saved = self.extra
+        self.extra = {**saved, **known_here}
+        try:
+            return self._source_type(name, found)
+        finally:
+            self.extra = saved
 
     def _kept(self, name: str, found: Updated) -> Ty | None:
         """The type of the assignment `found` starts from, when each of its updates gives that

@@ -57,6 +57,56 @@ def test_a_name_rebound_by_a_call_types_the_calls_before_and_after_it() -> None:
     ]
 
 
+def test_the_statements_before_a_branch_reach_into_it_and_a_value_reads_names_there() -> None:
+    """`run()` puts the sections after the model's wrapping under `if distributed.is_main():`
+    (and display under `if config.plots:`): the statements before the `if` and those before the
+    point in its branch ran, in order. And a value that reads the name it rebinds (`model =
+    model.to(device)`, `distributed.wrap(model)`) is typed with that name where it stands: a
+    later `model = json.loads(...)` left `model` untyped there (MIT 6.5940's labs, whose
+    sections then lost every `model` annotation)."""
+    out = typed(
+        train="""
+        import json
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def forward(self, x):
+                return x
+
+        def build():
+            return Net()
+
+        def show(model):
+            print(model)
+
+        def after(model):
+            print(model)
+
+        def other(model):
+            print(model)
+
+        def run(flag):
+            device = torch.device("cpu")
+            model = build()
+            model = model.to(device)
+            if flag:
+                show(model)
+                model = json.loads("{}")
+                other(model)
+            else:
+                after(model)
+            model = json.loads("{}")
+            return model
+        """
+    )["train"]
+    assert signatures(out)[1:4] == [
+        "def show(model: Net) -> None:",
+        "def after(model: Net) -> None:",
+        "def other(model) -> None:",
+    ]
+
+
 def test_a_parameter_rebound_later_is_the_parameter_before_it() -> None:
     out = typed(
         train="""
