@@ -230,6 +230,26 @@ def method_type(receiver: Ty, method: str, has_args: bool) -> Ty | None:
     return None
 
 
+# torch's dtypes, module attributes (`dtype = torch.float32`, cs231n's assignments)
+DTYPES = frozenset(
+    {
+        "float16", "float32", "float64", "bfloat16", "half", "float", "double",
+        "complex64", "complex128", "cfloat", "cdouble",
+        "uint8", "int8", "int16", "int32", "int64", "short", "int", "long", "bool",
+    }
+)  # fmt: skip
+
+
+def module_attribute_type(path: str) -> Ty | None:
+    """The type of a library's module attribute, by its full path (`torch.float32`)."""
+    if path in ("math.pi", "math.e", "math.inf", "math.tau"):
+        return FLOAT
+    module, _, attr = path.rpartition(".")
+    if module == "torch" and attr in DTYPES:
+        return T("torch.dtype")
+    return None
+
+
 def attribute_type(receiver: Ty, attr: str) -> Ty | None:
     if receiver == TENSOR:
         return TENSOR_ATTRIBUTES.get(attr)

@@ -421,7 +421,7 @@ class Scope:
                     return (
                         self.e.global_type(module, attr) if module in self.e.pkg.modules else None
                     )
-                return FLOAT if path in ("math.pi", "math.e", "math.inf", "math.tau") else None
+                return known.module_attribute_type(path)
         receiver = self.typeof(node.value)
         if receiver is None:
             return None

@@ -420,3 +420,20 @@ def test_the_updated_and_spread_types_pass_mypy() -> None:
     assert "x_train: torch.Tensor," in flat
     assert "epochs: int" in flat
     assert flat.count("@no_type_check") == 1
+
+
+def test_a_torch_dtype_attribute_is_a_dtype() -> None:
+    """`dtype = torch.float32`, passed on (cs231n's PyTorch assignment: 24 parameters)."""
+    out = typed(
+        train="""
+        import torch
+
+        def make(dtype):
+            return torch.zeros(2, dtype=dtype)
+
+        def run():
+            dtype = torch.float32
+            return make(dtype), make(torch.long)
+        """
+    )["train"]
+    assert signatures(out)[0] == "def make(dtype: torch.dtype) -> torch.Tensor:"
