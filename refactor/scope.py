@@ -18,7 +18,6 @@ from .typeexpr import (
     ANY,
     BOOL,
     ELLIPSIS,
-    FLOAT,
     INT,
     NDARRAY,
     NONE,
