@@ -227,9 +227,9 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
     for name, at in split.values():
         used[name] |= {v for v in at.values() if v is not None}
     for head in heads.values():
-        for name, target in head.items():
-            if target is not None:
-                used[name].add(target)
+        for name, live_there in head.items():
+            if live_there is not None:
+                used[name].add(live_there)
     # a version only another version of the same name uses (recursion) is not a use on its own
     taken = {n for it in items for n in it.binds} | set(BUILTINS)
     names: dict[int, str] = {}
