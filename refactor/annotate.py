@@ -193,8 +193,13 @@ def annotate(
     sigs = signatures(pkg, trace, globals_seen)
     shapes = recorded(pkg, trace).shapes if trace else {}
     written = apply(files, package, pkg, sigs, shapes, traced=bool(trace))
+
+    def write(now: dict[str, str], more: dict[str, Any]) -> dict[str, str]:
+        more = {k: Signature(dict(s.params), s.returns) for k, s in more.items()}
+        return apply(now, package, index(now, package), more, {}, traced=bool(trace))
+
     checked = (
-        check(written, package, sigs)
+        check(written, package, sigs, write)
         if typecheck
         else Checked(written, "not run (--no-typecheck): the inferred annotations are not checked")
     )

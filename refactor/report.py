@@ -171,6 +171,14 @@ def report(plan: Plan, outcome: Outcome, findings: str, docs_problem: str = "") 
 def _typecheck_lines(checked: Checked) -> list[str]:
     """mypy's verdict, the annotations it rejected and each `@no_type_check` with its reason."""
     lines = [f"mypy on the package: {checked.result}."]
+    if checked.inferred:
+        shown = ", ".join(f"`{r}`" for r in checked.inferred[:20])
+        more = f" and {len(checked.inferred) - 20} more" if len(checked.inferred) > 20 else ""
+        lines.append(
+            f"{len(checked.inferred)} annotations come from mypy's own inference (what the "
+            f"libraries' stubs say the notebook's calls return, where the static inference had "
+            f"no type): {shown}{more}."
+        )
     if checked.removed:
         lines.append(
             f"{len(checked.removed)} inferred annotations mypy rejected were removed: "

@@ -11,7 +11,6 @@ errors, the next confirm the package is clean once the rejected annotations are 
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import importlib.util
 import os
@@ -19,7 +18,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,23 +26,15 @@ from typing import Any
 import libcst as cst
 
 from .cut import edit_headers
+from .mypytypes import Collector, Suggested
+from .rejected import Error, checked_by_default
+from .rejected import plan_edits as _plan_edits  # a name of this module: the tests replace it
 from .typeexpr import ByQualname, add_imports_text
 
 ROUNDS = 4
+READINGS = 3  # of mypy's types, each followed by a round that checks what they added
 ERROR = re.compile(
     r"^(?P<path>[^:]+\.py):(?P<line>\d+): error: (?P<text>.*?)(?:  \[(?P<code>[\w-]+)\])?$"
-)
-# errors about a name or attribute (a variable's missing annotation, an attribute whose defining
-# function mypy does not check, an undefined name): no parameter's annotation causes them, but
-# for an attribute read from a parameter (`sbs.total_epochs`), where the parameter's type counts
-NOT_A_PARAMETER = frozenset({"var-annotated", "has-type", "name-defined"})
-CALL_CODES = frozenset({"arg-type", "call-arg", "misc"})  # errors of a call's arguments
-# the function such an error is about: 'Too many arguments for "train"', 'Argument 3 to "train"
-# has ...', '"train" gets multiple values for keyword argument "loss"'
-CALLEE = re.compile(r'^"(\w+)" gets multiple values|(?:for|to) "(\w+)"')
-HAS_TYPE = re.compile(r'^Cannot determine type of "(\w+)"')
-ARGUMENT = re.compile(
-    r'^Argument (?:(?P<n>\d+)|"(?P<name>\w+)") to "(?P<fn>\w+)"(?: of "(?P<cls>\w+)")?'
 )
 
 
@@ -54,14 +45,7 @@ class Checked:
     no_type_check: tuple[tuple[str, str], ...] = ()  # (module.function, mypy's first reason)
     removed: tuple[str, ...] = ()  # annotations mypy rejected ("module.function(param)")
     untyped: tuple[str, ...] = ()  # methods that set attributes: all their annotations went
-
-
-@dataclass(frozen=True)
-class _Error:
-    module: str
-    line: int
-    text: str
-    code: str
+    inferred: tuple[str, ...] = ()  # annotations from mypy's inference that it kept
 
 
 @contextlib.contextmanager
@@ -123,10 +107,12 @@ class Files:
         cache.fake_package_cache = {p for p in cache.fake_package_cache if not p.startswith(prefix)}
 
 
-def _mypy(args: list[str], files: Files) -> tuple[str, str, int]:
+def _mypy(args: list[str], files: Files, collect: Collector | None = None) -> tuple[str, str, int]:
     """`mypy.api.run(args)` (stdout, stderr, exit status) with `files` as mypy's file-system
     cache: what `mypy.main.main` does for these options (no report, no summary, no colour), the
-    messages written as it writes them (blocking ones to stderr)."""
+    messages written as it writes them (blocking ones to stderr). `collect` reads the package's
+    trees as mypy parses them and the types it gives their expressions (`export_types`, and a
+    plugin: mypy's cache depends on neither)."""
     import io
 
     from mypy import build
@@ -139,6 +125,15 @@ def _mypy(args: list[str], files: Files) -> tuple[str, str, int]:
     except SystemExit as exit:
         return stdout.getvalue(), stderr.getvalue(), exit.code if isinstance(exit.code, int) else 2
     options.fast_exit = False
+    options.export_types = collect is not None
+    plugins = None
+    if collect is not None:
+        plugins = [collect.plugin(options)]
+        # the bodies of the package's functions without annotations are typed too (mypy's
+        # errors there are set aside by `check`, as mypy would not report them otherwise)
+        for pattern in (collect.package, collect.package + ".*"):
+            options.per_module_options[pattern] = {"check_untyped_defs": True}
+        options.build_per_module_cache()
     messages: list[str] = []
 
     def flush(filename: str | None, new: list[str], serious: bool) -> None:
@@ -146,8 +141,12 @@ def _mypy(args: list[str], files: Files) -> tuple[str, str, int]:
         (stderr if serious else stdout).write("".join(m + "\n" for m in new))
 
     try:
-        result = build.build(sources, options, None, flush, files.cache, stdout, stderr)
+        result = build.build(
+            sources, options, None, flush, files.cache, stdout, stderr, extra_plugins=plugins
+        )
         result.manager.metastore.close()
+        if collect is not None:
+            collect.built(result)
     except CompileError:
         return stdout.getvalue(), stderr.getvalue(), 2
     except SystemExit as exit:  # mypy's internal error ends so (`mypy.api.run` catches it too)
@@ -156,7 +155,12 @@ def _mypy(args: list[str], files: Files) -> tuple[str, str, int]:
     return stdout.getvalue(), stderr.getvalue(), 1 if messages and notes < len(messages) else 0
 
 
-def run_mypy(folder: Path, package: str, files: Files | None = None) -> list[_Error] | str:
+def run_mypy(
+    folder: Path,
+    package: str,
+    files: Files | None = None,
+    collect: Collector | None = None,
+) -> list[Error] | str:
     """mypy's errors on `folder/package`, or a line saying why it could not run.
 
     mypy runs in this process: the refactor's later rounds then skip the interpreter's start
@@ -169,7 +173,7 @@ def run_mypy(folder: Path, package: str, files: Files | None = None) -> list[_Er
     try:
         files = files if files is not None else Files()
         files.forget(folder)
-        stdout, stderr, status = _mypy(args, files)
+        stdout, stderr, status = _mypy(args, files, collect)
     except (ImportError, AttributeError, TypeError):
         # `_mypy` calls mypy's own functions, which are not its public API: a mypy whose
         # signatures moved still checks, through `mypy.api.run` (a fresh file record each round)
@@ -187,32 +191,8 @@ def run_mypy(folder: Path, package: str, files: Files | None = None) -> list[_Er
         if found and package in parts:
             inside = parts[len(parts) - 1 - parts[::-1].index(package) + 1 :]
             module = "/".join(inside)[:-3].replace("/", ".")
-            errors.append(_Error(module, int(found["line"]), found["text"], found["code"] or ""))
+            errors.append(Error(module, int(found["line"]), found["text"], found["code"] or ""))
     return errors
-
-
-_Function = tuple[str, int, int, ast.FunctionDef | ast.AsyncFunctionDef]
-
-
-def _functions(code: str) -> list[_Function]:
-    """(qualname, first line, last line, node) of the module's functions and methods."""
-    found = []
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return []
-    for node in tree.body:
-        members = [(node, "")] if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else []
-        if isinstance(node, ast.ClassDef):
-            members = [
-                (s, f"{node.name}.")
-                for s in node.body
-                if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)
-            ]
-        for fn, prefix in members:
-            first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)])
-            found.append((prefix + fn.name, first, fn.end_lineno or fn.lineno, fn))
-    return found
 
 
 class _Edit(ByQualname):
@@ -251,14 +231,28 @@ class _Edit(ByQualname):
         return node
 
 
-def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> Checked:
-    """mypy on the package in `files`; `added` has the keys (`.mod.fn`) of what we annotated."""
+Write = Callable[[dict[str, str], dict[str, Any]], dict[str, str]]
+
+
+def check(
+    files: dict[str, str],
+    package: str,
+    added: Mapping[str, object],
+    write: Write | None = None,
+) -> Checked:
+    """mypy on the package in `files`; `added` has the keys (`.mod.fn`) of what we annotated.
+
+    With `write` (which writes signatures, by key, into files), the types mypy inferred on
+    the clean package go in where nothing else typed a parameter or a return (`mypytypes`),
+    and the rounds after it check them like the others."""
     if importlib.util.find_spec("mypy") is None:
         return Checked(files, "not run: mypy is not installed")
     files = dict(files)
+    ours = dict(added)
     decorated: dict[str, str] = {}
     removed: list[str] = []
     untyped: list[str] = []
+    inferred: list[str] = []
     result = "clean"
     with _cache_lock(), tempfile.TemporaryDirectory(prefix="trainmate-mypy-") as tmp:
         folder = Path(tmp)
@@ -268,7 +262,14 @@ def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> C
         # reads a module again only when its size or its time in whole seconds changed, and
         # an edit can keep the size (removed annotations against an added decorator).
         stamp = int(time.time()) + 1
-        for round_ in range(ROUNDS):
+        # mypy types the expressions only of modules it checks, not of those it takes from its
+        # cache (the same package refactored before): a line of this check's own makes every
+        # module new to the cache, the same line in every round
+        tail = f"\n# trainmate {os.getpid()} {time.time_ns()}\n" if write is not None else ""
+        rounds = ROUNDS
+        round_ = asked = 0
+        collect = Collector(package) if write is not None else None
+        while round_ < rounds:
             for path, code in files.items():
                 # only what the last round's edits changed: mypy re-reads and re-hashes a file
                 # whose time changed, and rewrites its cache entry
@@ -279,18 +280,19 @@ def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> C
                 ):
                     written[path] = code
                     (folder / path).parent.mkdir(parents=True, exist_ok=True)
-                    (folder / path).write_text(code, encoding="utf-8")
+                    (folder / path).write_text(code + tail, encoding="utf-8")
                     os.utime(folder / path, (stamp + round_, stamp + round_))
-            errors = run_mypy(folder, package, seen)
+            errors = run_mypy(folder, package, seen, collect)
             if isinstance(errors, str):
                 return Checked(files, errors)
-            if not errors:
-                result = "clean"
-                break
-            result = f"{len(errors)} errors left"
-            edits = _plan_edits(files, package, errors, added, decorated, removed, untyped)
-            if not edits:
-                break
+            if collect is not None:
+                errors = checked_by_default(errors, files, package)
+            result = f"{len(errors)} errors left" if errors else "clean"
+            edits = (
+                _plan_edits(files, package, errors, ours, decorated, removed, untyped)
+                if errors
+                else {}
+            )
             for module, (drop, decorate) in edits.items():
                 path = f"{package}/{module}.py"
                 code = _edited(files[path], drop, decorate)
@@ -299,8 +301,41 @@ def check(files: dict[str, str], package: str, added: Mapping[str, object]) -> C
                 ):
                     code = _import_no_type_check(code)
                 files[path] = code
+            # mypy's types are read from a clean package only (what an annotation it rejected
+            # made of its callers is gone with it), READINGS times at most: a section's
+            # outputs typed the first time type the next section's parameters the second, and
+            # the helpers it passes them to the third
+            more: dict[str, Suggested] = {}
+            if collect is not None and write is not None and not errors and asked < READINGS:
+                asked += 1
+                more = collect.suggest(files, decorated, removed, ours)
+            if more and write is not None:
+                for key, sig in more.items():
+                    old = ours.get(key)
+                    if sig.returns is not None and getattr(old, "returns", None) is not None:
+                        module, _, qualname = key[1:].partition(".")  # refined: out first
+                        path = f"{package}/{module}.py"
+                        files[path] = _edited(files[path], {qualname: {"return"}}, set())
+                files = write(files, more)
+                for key, sig in more.items():
+                    old = ours.get(key)
+                    params = {**getattr(old, "params", {}), **sig.params}
+                    returns = sig.returns or getattr(old, "returns", None)
+                    ours[key] = Suggested(params, returns)
+                    module, _, qualname = key[1:].partition(".")
+                    inferred += [f"{module}.{qualname}({n})" for n in sorted(sig.params)]
+                    inferred += [f"{module}.{qualname}(return)"] * (sig.returns is not None)
+                rounds += 1  # one round more to check them
+            if not edits and not more:
+                break
+            round_ += 1
     return Checked(
-        files, result, tuple(sorted(decorated.items())), tuple(removed), tuple(sorted(untyped))
+        files,
+        result,
+        tuple(sorted(decorated.items())),
+        tuple(removed),
+        tuple(sorted(untyped)),
+        tuple(sorted(set(inferred) - set(removed))),
     )
 
 
@@ -312,165 +347,3 @@ def _edited(code: str, drop: Mapping[str, set[str]], decorate: set[str]) -> str:
 def _import_no_type_check(code: str) -> str:
     """`add_imports(tree, {"from typing import no_type_check"}, guarded=False)`, on the text."""
     return add_imports_text(code, {"from typing import no_type_check"}, guarded=False)
-
-
-def _plan_edits(
-    files: dict[str, str],
-    package: str,
-    errors: list[_Error],
-    added: Mapping[str, object],
-    decorated: dict[str, str],
-    removed: list[str],
-    untyped: list[str],
-) -> dict[str, tuple[dict[str, set[str]], set[str]]]:
-    """For each module: annotations to drop (by function) and functions to decorate (and, in
-    `untyped`, the methods left without annotations instead)."""
-    edits: dict[str, tuple[dict[str, set[str]], set[str]]] = {}
-    ours = {key: getattr(sig, "params", {}) for key, sig in added.items()}
-    returns = {key for key, sig in added.items() if getattr(sig, "returns", None) is not None}
-    by_name: dict[str, list[str]] = {}
-    for key in ours:
-        by_name.setdefault(key.rsplit(".", 1)[-1], []).append(key)
-    parsed: dict[str, tuple[list[_Function], list[str]]] = {}  # each module parsed once a round
-    for error in errors:
-        if error.module not in parsed:
-            code = files.get(f"{package}/{error.module}.py", "")
-            parsed[error.module] = (_functions(code), code.splitlines())
-        functions, lines = parsed[error.module]
-        where = next(((q, fn) for q, a, b, fn in functions if a <= error.line <= b), None)
-        line = lines[error.line - 1] if 0 < error.line <= len(lines) else ""
-        dropped = False
-        argument = ARGUMENT.match(error.text)
-        about = CALLEE.search(error.text) if error.code in CALL_CODES else None
-        callee = (about[1] or about[2]) if about is not None else None
-        unpacked = where is not None and callee is not None and _unpacks(where[1], error, callee)
-        if argument and error.code == "arg-type" and not unpacked:
-            for key in by_name.get(argument["fn"], []):
-                if argument["cls"] and not key.endswith(f"{argument['cls']}.{argument['fn']}"):
-                    continue
-                dropped |= _drop(edits, key, set(ours[key]), removed)
-        if where is None or dropped:
-            continue
-        qualname, fn = where
-        key = f".{error.module}.{qualname}"
-        if key[1:] in untyped:
-            continue  # mypy does not check it any more
-        mine = set(ours.get(key, {}))
-        if unpacked:
-            # the call it names unpacks a sequence (`train(net, *data, epochs)`): once mypy does
-            # not know the sequence's length (an annotation of ours dropped, Dive into DL 3.16)
-            # it maps the later arguments onto parameters by guesswork ("Too many arguments", an
-            # argument checked against the wrong parameter), and dropping the callee's
-            # annotations only hides that; the call is this function's own code, which is
-            # decorated (or left unannotated, below)
-            pass
-        elif error.code in ("return-value", "return") and key in returns:
-            dropped = _drop(edits, key, {"return"}, removed)
-        elif error.line == fn.lineno or error.line <= (fn.body[0].lineno - 1):
-            dropped = _drop(edits, key, mine | ({"return"} if key in returns else set()), removed)
-        else:
-            named = {p for p in mine if re.search(rf"\b{re.escape(p)}\b", line)}
-            kept = {
-                n
-                for n in _annotated(fn) - named
-                if f"{error.module}.{qualname}({n})" not in removed
-            }
-            if error.code in NOT_A_PARAMETER and kept and not _read_from(named, error, line):
-                # a parameter's type is not what these errors are about: dropping the ones named
-                # on the line only ends them by leaving mypy a function without annotations
-                # (which it does not check); else the next round shows the same error and the
-                # function is decorated then, one round later and with annotations lost
-                named = set()
-            dropped = _drop(edits, key, named, removed)
-        every = _annotated(fn)
-        if (
-            not dropped
-            and "." in qualname
-            and every
-            and every <= mine | ({"return"} if key in returns else set())
-            and _sets_attributes(fn)
-        ):
-            # a method that sets attributes on `self`, all of whose annotations are ours:
-            # decorated, it would leave those attributes without a type for every other method
-            # that reads them (mypy's "Cannot determine type", one round later, and each of those
-            # decorated in turn); without annotations mypy does not check it, its attributes are
-            # Any, and the other methods keep being checked
-            dropped = _drop(edits, key, every, removed)
-            untyped.append(key[1:])
-        if not dropped and f"{error.module}.{qualname}" not in decorated:
-            decorated[f"{error.module}.{qualname}"] = f"{error.text} (line {error.line})"
-            edits.setdefault(error.module, ({}, set()))[1].add(qualname)
-    return edits
-
-
-def _read_from(params: set[str], error: _Error, line: str) -> bool:
-    """Whether `error` is mypy's "Cannot determine type" of an attribute `line` reads from one of
-    `params` (`sbs.total_epochs`): mypy looks it up in the parameter's annotated type, and
-    without the annotation (Any) the error ends."""
-    name = HAS_TYPE.match(error.text) if error.code == "has-type" else None
-    return name is not None and any(
-        re.search(rf"\b{re.escape(p)}\s*\.\s*{re.escape(name[1])}\b", line) for p in params
-    )
-
-
-def _unpacks(fn: ast.FunctionDef | ast.AsyncFunctionDef, error: _Error, callee: str) -> bool:
-    """Whether the call of `callee` that `error` is about (on its line in `fn`) unpacks a
-    sequence into its arguments (`*args`)."""
-    for node in ast.walk(fn):
-        if not isinstance(node, ast.Call):
-            continue
-        if not node.lineno <= error.line <= (node.end_lineno or node.lineno):
-            continue
-        func = node.func
-        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
-        if name == callee and any(isinstance(a, ast.Starred) for a in node.args):
-            return True
-    return False
-
-
-def _sets_attributes(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """Whether the method assigns an attribute of its first parameter (`self.items = ...`)."""
-    args = [*fn.args.posonlyargs, *fn.args.args]
-    if not args:
-        return False
-    first = args[0].arg
-    for node in ast.walk(fn):
-        targets: list[ast.expr] = []
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
-            targets = [node.target]
-        for target in targets:
-            for part in ast.walk(target):
-                if (
-                    isinstance(part, ast.Attribute)
-                    and isinstance(part.value, ast.Name)
-                    and part.value.id == first
-                    and isinstance(part.ctx, ast.Store)
-                ):
-                    return True
-    return False
-
-
-def _annotated(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    """The names of `fn`'s annotated parameters, and "return" if its return is annotated."""
-    args = fn.args
-    params = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
-    names = {p.arg for p in params if p is not None and p.annotation is not None}
-    return names | ({"return"} if fn.returns is not None else set())
-
-
-def _drop(
-    edits: dict[str, tuple[dict[str, set[str]], set[str]]],
-    key: str,
-    names: set[str],
-    removed: list[str],
-) -> bool:
-    """Drop our annotations `names` of function `key` (`.mod.fn`); False if none was left."""
-    module, _, qualname = key[1:].partition(".")
-    new = {n for n in names if f"{module}.{qualname}({n})" not in removed}
-    if not new:
-        return False
-    edits.setdefault(module, ({}, set()))[0].setdefault(qualname, set()).update(new)
-    removed += [f"{module}.{qualname}({n})" for n in sorted(new)]
-    return True

@@ -112,7 +112,9 @@ def test_one_refactor_at_a_time_on_the_shared_mypy_cache(monkeypatch: pytest.Mon
 
     held: list[bool] = []
 
-    def rounds(folder: Path, package: str, files: Files | None = None) -> list[object]:
+    def rounds(
+        folder: Path, package: str, files: Files | None = None, collect: object = None
+    ) -> list[object]:
         try:  # another refactor's attempt to start its rounds now
             FileLock(typecheck.cache_dir() + ".lock", timeout=0).acquire()
         except Timeout:
@@ -146,16 +148,18 @@ def test_an_internal_mypy_error_is_a_line_not_an_exit(
 def test_a_module_rewritten_to_the_same_size_is_read_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jupyter_trainmate.refactor import typecheck
+    from jupyter_trainmate.refactor import rejected, typecheck
 
     # mypy trusts its cache when a module's size and time in whole seconds are unchanged: the
     # check gives each round's rewritten modules a later whole second
     same_size = ('x: int = "a"\n', 'x: str = "a"\n')
     assert len(same_size[0]) == len(same_size[1])
     times: list[int] = []
-    answers = iter([[typecheck._Error("a", 1, "Incompatible types", "assignment")], []])
+    answers = iter([[rejected.Error("a", 1, "Incompatible types", "assignment")], []])
 
-    def rounds(folder: Path, package: str, files: Files | None = None) -> object:
+    def rounds(
+        folder: Path, package: str, files: Files | None = None, collect: object = None
+    ) -> object:
         times.append(int((folder / package / "a.py").stat().st_mtime))
         return next(answers)
 
