@@ -57,6 +57,8 @@ class Names:
             return NONE
         if isinstance(typ, LiteralType):
             typ = typ.fallback
+        if isinstance(typ, TupleType) and typ.partial_fallback.type.fullname != "builtins.tuple":
+            return self.instance(typ.partial_fallback, inner)  # a NamedTuple: its class
         if isinstance(typ, TupleType):
             if len(typ.items) > _MAX_TUPLE:
                 return None
@@ -87,8 +89,10 @@ class Names:
         full = typ.type.fullname
         module, _, last = full.rpartition(".")
         if module == "builtins":
-            if last in _BUILTINS or (last == "object" and inner):
+            if last in _BUILTINS:
                 return T(last)
+            if last == "object":  # the join of unlike values (`{"lr": 0.1, "name": "a"}`)
+                return ANY if inner else None
             if last in GENERICS and last != "type":
                 args = [self.ty(a, inner=True) for a in typ.args]
                 if last == "tuple":  # a tuple of any length: `tuple[int, ...]`

@@ -253,3 +253,29 @@ def _drop(
     edits.setdefault(module, ({}, set()))[0].setdefault(qualname, set()).update(new)
     removed += [f"{module}.{qualname}({n})" for n in sorted(new)]
     return True
+
+
+def fresh_first(
+    errors: list[Error],
+    files: dict[str, str],
+    package: str,
+    fresh: Mapping[str, set[str]],
+    removed: list[str],
+) -> tuple[dict[str, tuple[dict[str, set[str]], set[str]]], list[Error]]:
+    """Edits for the errors inside a function that had none before mypy's last reading gave it
+    annotations (`fresh`, by key): those annotations go, since they made it fail (a parameter
+    typed now makes mypy check a body it skipped, `self.buffer` of unknown type), not the
+    function's checking; and the other errors, for `plan_edits`."""
+    edits: dict[str, tuple[dict[str, set[str]], set[str]]] = {}
+    rest: list[Error] = []
+    parsed: dict[str, list[Function]] = {}
+    for error in errors:
+        if error.module not in parsed:
+            parsed[error.module] = functions_of(files.get(f"{package}/{error.module}.py", ""))
+        where = next((q for q, a, b, _ in parsed[error.module] if a <= error.line <= b), None)
+        key = f".{error.module}.{where}"
+        if where is None or key not in fresh:
+            rest.append(error)
+        else:
+            _drop(edits, key, fresh[key], removed)
+    return edits, rest

@@ -27,7 +27,7 @@ import libcst as cst
 
 from .cut import edit_headers
 from .mypytypes import Collector, Suggested
-from .rejected import Error, checked_by_default
+from .rejected import Error, checked_by_default, fresh_first
 from .rejected import plan_edits as _plan_edits  # a name of this module: the tests replace it
 from .typeexpr import ByQualname, add_imports_text
 
@@ -269,6 +269,7 @@ def check(
         rounds = ROUNDS
         round_ = asked = 0
         collect = Collector(package) if write is not None else None
+        fresh: dict[str, set[str]] = {}  # what the last reading added, by function key
         while round_ < rounds:
             for path, code in files.items():
                 # only what the last round's edits changed: mypy re-reads and re-hashes a file
@@ -288,11 +289,16 @@ def check(
             if collect is not None:
                 errors = checked_by_default(errors, files, package)
             result = f"{len(errors)} errors left" if errors else "clean"
-            edits = (
-                _plan_edits(files, package, errors, ours, decorated, removed, untyped)
-                if errors
-                else {}
+            # an error in a function that mypy's last reading annotated: those annotations go
+            edits, rest = fresh_first(errors, files, package, fresh, removed)
+            planned = (
+                _plan_edits(files, package, rest, ours, decorated, removed, untyped) if rest else {}
             )
+            for module, (drop, decorate) in planned.items():
+                into = edits.setdefault(module, ({}, set()))
+                for qualname, names in drop.items():
+                    into[0].setdefault(qualname, set()).update(names)
+                into[1].update(decorate)
             for module, (drop, decorate) in edits.items():
                 path = f"{package}/{module}.py"
                 code = _edited(files[path], drop, decorate)
@@ -317,8 +323,14 @@ def check(
                         path = f"{package}/{module}.py"
                         files[path] = _edited(files[path], {qualname: {"return"}}, set())
                 files = write(files, more)
+                fresh = {}
                 for key, sig in more.items():
                     old = ours.get(key)
+                    fresh[key] = set(sig.params) | (
+                        {"return"}
+                        if sig.returns is not None and getattr(old, "returns", None) is None
+                        else set()
+                    )
                     params = {**getattr(old, "params", {}), **sig.params}
                     returns = sig.returns or getattr(old, "returns", None)
                     ours[key] = Suggested(params, returns)
