@@ -24,7 +24,7 @@ from .infer import infer
 from .symbols import Package, index
 from .traced import recorded
 from .typecheck import Checked, check
-from .typeexpr import NONE, ByQualname, Renderer, Ty, add_imports, add_imports_text
+from .typeexpr import NONE, ByQualname, Renderer, Ty, add_imports, add_imports_text, map_params
 
 
 @dataclass(frozen=True)
@@ -94,12 +94,7 @@ class SetAnnotations(ByQualname):
                 return param
             return param.with_changes(annotation=_annotation(self.render(kind)))
 
-        p = updated_node.params
-        params = p.with_changes(
-            posonly_params=[typed(x) for x in p.posonly_params],
-            params=[typed(x) for x in p.params],
-            kwonly_params=[typed(x) for x in p.kwonly_params],
-        )
+        params = map_params(updated_node.params, typed)
         returns = updated_node.returns
         if returns is None and sig.returns is not None:
             returns = _annotation(self.render(sig.returns))

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
+from .typeexpr import map_params
+
 if TYPE_CHECKING:
     from .placement import Param
 
@@ -275,7 +277,6 @@ def rename_heads(node: cst.BaseStatement, names: Mapping[str, str]) -> cst.BaseS
     bases and keywords, and its methods' decorators and defaults) with `names` renamed, the rest
     (the body, which runs later) unchanged."""
     if isinstance(node, cst.FunctionDef):
-        params = node.params
 
         def head(p: cst.Param) -> cst.Param:
             return p.with_changes(
@@ -285,11 +286,7 @@ def rename_heads(node: cst.BaseStatement, names: Mapping[str, str]) -> cst.BaseS
 
         return node.with_changes(
             decorators=[rename_in(d, names) for d in node.decorators],
-            params=params.with_changes(
-                posonly_params=[head(p) for p in params.posonly_params],
-                params=[head(p) for p in params.params],
-                kwonly_params=[head(p) for p in params.kwonly_params],
-            ),
+            params=map_params(node.params, head),
             returns=rename_in(node.returns, names) if node.returns is not None else None,
         )
     if not isinstance(node, cst.ClassDef):
@@ -300,18 +297,13 @@ def rename_heads(node: cst.BaseStatement, names: Mapping[str, str]) -> cst.BaseS
         def method(s: cst.BaseStatement) -> cst.BaseStatement:
             if not isinstance(s, cst.FunctionDef):
                 return s
-            params = s.params
 
             def default(p: cst.Param) -> cst.Param:
                 return p.with_changes(default=rename_in(p.default, names)) if p.default else p
 
             return s.with_changes(
                 decorators=[rename_in(d, names) for d in s.decorators],
-                params=params.with_changes(
-                    posonly_params=[default(p) for p in params.posonly_params],
-                    params=[default(p) for p in params.params],
-                    kwonly_params=[default(p) for p in params.kwonly_params],
-                ),
+                params=map_params(s.params, default),
             )
 
         body = body.with_changes(body=[method(s) for s in body.body])

@@ -29,7 +29,7 @@ from .cut import edit_headers
 from .mypytypes import Collector, Suggested
 from .rejected import Error, checked_by_default, fresh_first
 from .rejected import plan_edits as _plan_edits  # a name of this module: the tests replace it
-from .typeexpr import ByQualname, add_imports_text
+from .typeexpr import ByQualname, add_imports_text, map_params
 
 ROUNDS = 4
 READINGS = 3  # of mypy's types, each followed by a round that checks what they added
@@ -214,13 +214,8 @@ class _Edit(ByQualname):
         def plain(p: cst.Param) -> cst.Param:
             return p.with_changes(annotation=None) if p.name.value in drop else p
 
-        params = updated_node.params
         node = updated_node.with_changes(
-            params=params.with_changes(
-                posonly_params=[plain(p) for p in params.posonly_params],
-                params=[plain(p) for p in params.params],
-                kwonly_params=[plain(p) for p in params.kwonly_params],
-            ),
+            params=map_params(updated_node.params, plain),
             returns=None if "return" in drop else updated_node.returns,
         )
         if name in self.decorate:

@@ -330,6 +330,16 @@ def _default_indent(code: str) -> str:
     return "    "
 
 
+def map_params(params: cst.Parameters, change: Callable[[cst.Param], cst.Param]) -> cst.Parameters:
+    """`params` with `change` applied to each named parameter (positional-only, positional or
+    keyword, keyword-only; not `*args` and `**kwargs`)."""
+    return params.with_changes(
+        posonly_params=[change(p) for p in params.posonly_params],
+        params=[change(p) for p in params.params],
+        kwonly_params=[change(p) for p in params.kwonly_params],
+    )
+
+
 class ByQualname(cst.CSTTransformer):
     """Keeps the enclosing classes, so `qualname(fn)` is `Class.method` as the trace names it."""
 
