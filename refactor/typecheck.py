@@ -311,27 +311,22 @@ def check(
                 asked += 1
                 more = collect.suggest(files, decorated, removed, ours)
             if more and write is not None:
-                for key, sig in more.items():
-                    old = ours.get(key)
-                    if sig.returns is not None and getattr(old, "returns", None) is not None:
-                        module, _, qualname = key[1:].partition(".")  # refined: out first
-                        path = f"{package}/{module}.py"
-                        files[path] = _edited(files[path], {qualname: {"return"}}, set())
-                files = write(files, more)
                 fresh = {}
                 for key, sig in more.items():
                     old = ours.get(key)
+                    module, _, qualname = key[1:].partition(".")
+                    had_return = getattr(old, "returns", None) is not None
+                    if sig.returns is not None and had_return:  # refined: the old one out first
+                        path = f"{package}/{module}.py"
+                        files[path] = _edited(files[path], {qualname: {"return"}}, set())
                     fresh[key] = set(sig.params) | (
-                        {"return"}
-                        if sig.returns is not None and getattr(old, "returns", None) is None
-                        else set()
+                        {"return"} if sig.returns is not None and not had_return else set()
                     )
                     params = {**getattr(old, "params", {}), **sig.params}
-                    returns = sig.returns or getattr(old, "returns", None)
-                    ours[key] = Suggested(params, returns)
-                    module, _, qualname = key[1:].partition(".")
+                    ours[key] = Suggested(params, sig.returns or getattr(old, "returns", None))
                     inferred += [f"{module}.{qualname}({n})" for n in sorted(sig.params)]
                     inferred += [f"{module}.{qualname}(return)"] * (sig.returns is not None)
+                files = write(files, more)
                 rounds += 1  # one round more to check them
             if not edits and not more:
                 break
