@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .cut import parsed, statements
 from .mypynames import Names
 from .rejected import functions_of
 from .typeexpr import ANY, NONE, T, Ty
@@ -267,9 +268,8 @@ def _wanted(
         if not path.startswith(f"{package}/") or not path.endswith(".py"):
             continue
         module = path[len(package) + 1 : -3].replace("/", ".")
-        try:
-            tree = ast.parse(code)
-        except SyntaxError:
+        tree = parsed(code)
+        if tree is None:
             continue
         preferred |= _imported(tree)
         for qualname, _, _, fn in functions_of(code):
@@ -298,7 +298,7 @@ def _wanted(
 def _imported(tree: ast.Module) -> set[str]:
     """The dotted paths a module's imports name (`from torch_geometric.data import Data`)."""
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in statements(tree.body):
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
             found |= {f"{node.module}.{a.name}" for a in node.names}
         elif isinstance(node, ast.Import):

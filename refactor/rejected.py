@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .cut import parsed, statements
+
 # errors about a name or attribute (a variable's missing annotation, an attribute whose defining
 # function mypy does not check, an undefined name): no parameter's annotation causes them, but
 # for an attribute read from a parameter (`sbs.total_epochs`), where the parameter's type counts
@@ -42,9 +44,8 @@ Function = tuple[str, int, int, ast.FunctionDef | ast.AsyncFunctionDef]
 def functions_of(code: str) -> list[Function]:
     """(qualname, first line, last line, node) of the module's functions and methods."""
     found = []
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
+    tree = parsed(code)
+    if tree is None:
         return []
     for node in tree.body:
         members = [(node, "")] if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else []
@@ -67,10 +68,7 @@ def checked_by_default(errors: list[Error], files: dict[str, str], package: str)
     kept = []
     for error in errors:
         if error.module not in untyped:
-            try:
-                tree = ast.parse(files.get(f"{package}/{error.module}.py", ""))
-            except SyntaxError:
-                tree = ast.Module(body=[], type_ignores=[])
+            tree = parsed(files.get(f"{package}/{error.module}.py", ""))
             untyped[error.module] = [
                 (
                     min([fn.lineno, *(d.lineno for d in fn.decorator_list)]),
@@ -78,7 +76,7 @@ def checked_by_default(errors: list[Error], files: dict[str, str], package: str)
                     not annotated_names(fn)
                     or any(_name(d) == "no_type_check" for d in fn.decorator_list),
                 )
-                for fn in ast.walk(tree)
+                for fn in statements(tree.body if tree is not None else [])
                 if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
             ]
         around = [r for r in untyped[error.module] if r[0] <= error.line <= r[1]]

@@ -312,13 +312,13 @@ def check(
                 more = collect.suggest(files, decorated, removed, ours)
             if more and write is not None:
                 fresh = {}
+                refined: dict[str, dict[str, set[str]]] = {}  # by module: the old ones out first
                 for key, sig in more.items():
                     old = ours.get(key)
                     module, _, qualname = key[1:].partition(".")
                     had_return = getattr(old, "returns", None) is not None
-                    if sig.returns is not None and had_return:  # refined: the old one out first
-                        path = f"{package}/{module}.py"
-                        files[path] = _edited(files[path], {qualname: {"return"}}, set())
+                    if sig.returns is not None and had_return:
+                        refined.setdefault(module, {})[qualname] = {"return"}
                     fresh[key] = set(sig.params) | (
                         {"return"} if sig.returns is not None and not had_return else set()
                     )
@@ -326,6 +326,9 @@ def check(
                     ours[key] = Suggested(params, sig.returns or getattr(old, "returns", None))
                     inferred += [f"{module}.{qualname}({n})" for n in sorted(sig.params)]
                     inferred += [f"{module}.{qualname}(return)"] * (sig.returns is not None)
+                for module, drop in refined.items():  # one edit of each module
+                    path = f"{package}/{module}.py"
+                    files[path] = _edited(files[path], drop, set())
                 files = write(files, more)
                 rounds += 1  # one round more to check them
             if not edits and not more:
