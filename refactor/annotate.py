@@ -19,7 +19,7 @@ from typing import Any
 
 import libcst as cst
 
-from .cut import edit_headers
+from .cut import edit_headers, parsed, statements
 from .infer import infer
 from .symbols import Package, index
 from .traced import recorded
@@ -159,8 +159,11 @@ def apply(
         if not mine and not docs:
             continue
         path = f"{package}/{name}.py"
-        taken = {n.id for n in ast.walk(module.tree) if isinstance(n, ast.Name)}
-        taken |= {a.arg for a in ast.walk(module.tree) if isinstance(a, ast.arg)}
+        taken = {
+            n.id if isinstance(n, ast.Name) else n.arg
+            for n in ast.walk(module.tree)
+            if isinstance(n, ast.Name | ast.arg)
+        }
         render = Renderer(
             name, dict(module.bound), set(), frozenset(taken - set(module.bound)), short=traced
         )
@@ -207,11 +210,10 @@ def coverage(files: dict[str, str], package: str) -> Coverage:
     for path, code in files.items():
         if not path.startswith(f"{package}/") or not path.endswith(".py"):
             continue
-        try:
-            tree = ast.parse(code)
-        except SyntaxError:
+        tree = parsed(code)
+        if tree is None:
             continue  # an earlier step's problem, reported by the ruff gate
-        for fn in ast.walk(tree):
+        for fn in statements(tree.body):
             if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
             a = fn.args

@@ -123,10 +123,8 @@ def edit_headers(
 def insert_after_imports(code: str, text: str, fallback: Callable[[cst.Module], cst.Module]) -> str:
     """`text` (whole lines) after the last top-level import alone on its lines (a statement line
     of one import, what `typeexpr.add_imports` counts); `fallback(tree).code` without one."""
-    try:
-        body = ast.parse(code).body if "\r" not in code else []
-    except (SyntaxError, ValueError):
-        body = []
+    tree = parsed(code) if "\r" not in code else None
+    body = tree.body if tree is not None else []
     after = 0
     for i, node in enumerate(body):
         alone = (i == 0 or body[i - 1].end_lineno != node.lineno) and (

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from .cut import parsed
 from .typeexpr import dotted_name
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
@@ -132,10 +133,11 @@ def index(files: dict[str, str], package: str) -> Package:
         if not path.startswith(f"{package}/") or not path.endswith(".py") or path.count("/") != 1:
             continue
         name = path[len(package) + 1 : -3]
-        try:
-            tree = ast.parse(code)
-        except SyntaxError:
+        tree = parsed(code)  # shared with the other steps that parse this code: not changed here
+        if tree is None:
             continue
+        if any(m.tree is tree for m in modules.values()):  # two modules of the same code
+            tree = ast.parse(code)
         modules[name] = _module(name, tree)
     functions: dict[str, Function] = {}
     classes: dict[str, Class] = {}
