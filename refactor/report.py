@@ -179,6 +179,13 @@ def _typecheck_lines(checked: Checked) -> list[str]:
             f"libraries' stubs say the notebook's calls return, where the static inference had "
             f"no type): {shown}{more}."
         )
+    if checked.declared:
+        lines.append(
+            f'{len(checked.declared)} variables got the annotation mypy asked for ("Need type '
+            f'annotation"), so their functions stay checked: '
+            + ", ".join(f"`{d}`" for d in checked.declared)
+            + "."
+        )
     if checked.removed:
         lines.append(
             f"{len(checked.removed)} inferred annotations mypy rejected were removed: "

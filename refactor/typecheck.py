@@ -26,6 +26,7 @@ from typing import Any
 import libcst as cst
 
 from .cut import edit_headers
+from .declare import declare
 from .mypytypes import Collector, Suggested
 from .rejected import Error, checked_by_default, fresh_first
 from .rejected import plan_edits as _plan_edits  # a name of this module: the tests replace it
@@ -46,6 +47,7 @@ class Checked:
     removed: tuple[str, ...] = ()  # annotations mypy rejected ("module.function(param)")
     untyped: tuple[str, ...] = ()  # methods that set attributes: all their annotations went
     inferred: tuple[str, ...] = ()  # annotations from mypy's inference that it kept
+    declared: tuple[str, ...] = ()  # variables annotated as mypy asked ("module:line x: list[Any]")
 
 
 @contextlib.contextmanager
@@ -248,6 +250,7 @@ def check(
     removed: list[str] = []
     untyped: list[str] = []
     inferred: list[str] = []
+    declared: list[str] = []
     result = "clean"
     with _cache_lock(), tempfile.TemporaryDirectory(prefix="trainmate-mypy-") as tmp:
         folder = Path(tmp)
@@ -284,11 +287,16 @@ def check(
             if collect is not None:
                 errors = checked_by_default(errors, files, package)
             result = f"{len(errors)} errors left" if errors else "clean"
+            # a variable mypy asks the type of gets it, so its function stays checked
+            answered = declare(files, package, errors)
+            declared += answered.declared
             # an error in a function that mypy's last reading annotated: those annotations go
-            edits, rest = fresh_first(errors, files, package, fresh, removed)
+            # (both find functions by the errors' lines: in the code mypy checked)
+            edits, rest = fresh_first(answered.rest, files, package, fresh, removed)
             planned = (
                 _plan_edits(files, package, rest, ours, decorated, removed, untyped) if rest else {}
             )
+            files = answered.files  # the edits below find functions by name
             for module, (drop, decorate) in planned.items():
                 into = edits.setdefault(module, ({}, set()))
                 for qualname, names in drop.items():
@@ -331,7 +339,7 @@ def check(
                     files[path] = _edited(files[path], drop, set())
                 files = write(files, more)
                 rounds += 1  # one round more to check them
-            if not edits and not more:
+            if not edits and not more and not answered.declared:
                 break
             round_ += 1
     return Checked(
@@ -341,6 +349,7 @@ def check(
         tuple(removed),
         tuple(sorted(untyped)),
         tuple(sorted(set(inferred) - set(removed))),
+        tuple(declared),
     )
 
 
