@@ -10,6 +10,11 @@ for each `<type>` (what mypy itself falls back to after the error), so the funct
 checked and keeps its annotations: `losses: list[Any] = []`; in a tuple assignment
 (`xs, ys = [], []`) a declaration line goes before the statement (`xs: list[Any]`).
 
+Where mypy gives no hint, a value made by a generic class of `collections` (`defaultdict(list)`,
+`deque(maxlen=3)`, `Counter()`) gets that class, spelled as the call spells it, over `Any`
+(`counts: defaultdict[Any, Any] = defaultdict(list)`). Not a `DataLoader` over a list: mypy
+rejects the list itself there (not a `Dataset`), and the function is decorated as before.
+
 Only the builtin containers of mypy's hint (`list`, `dict`, `set`), only where the statement
 starts its own line, and never for a name the function declares `global` or `nonlocal` (an
 annotation there is a SyntaxError); every other such error goes on to `rejected.plan_edits` as
@@ -30,7 +35,9 @@ from .typeexpr import add_imports_text
 HINT = re.compile(
     r'^Need type annotation for "(?P<name>\w+)" \(hint: "(?P=name): (?P<type>.+) = \.\.\."\)$'
 )
+NO_HINT = re.compile(r'^Need type annotation for "(?P<name>\w+)"$')
 CONTAINER = re.compile(r"^(list|dict|set)\[<type>(?:, <type>)?\]$")
+GENERIC = {"defaultdict": 2, "OrderedDict": 2, "deque": 1, "Counter": 1}  # their type parameters
 
 
 @dataclass(frozen=True)
@@ -45,16 +52,18 @@ class Declared:
 
 def declare(files: dict[str, str], package: str, errors: list[Error]) -> Declared:
     """Annotate the variables of `errors`' `var-annotated` ones that carry a container hint."""
-    wanted: dict[str, list[tuple[Error, str, str]]] = {}  # by module: (error, name, type)
+    wanted: dict[str, list[tuple[Error, str, str | None]]] = {}  # by module: (error, name, type)
     rest: list[Error] = []
     for error in errors:
         hint = HINT.match(error.text) if error.code == "var-annotated" else None
-        if hint is None or not CONTAINER.match(hint["type"]):
+        bare = NO_HINT.match(error.text) if error.code == "var-annotated" else None
+        if hint is not None and CONTAINER.match(hint["type"]):
+            type_ = hint["type"].replace("<type>", "Any")
+            wanted.setdefault(error.module, []).append((error, hint["name"], type_))
+        elif bare is not None:  # the type from the value's class, if it is one of `GENERIC`
+            wanted.setdefault(error.module, []).append((error, bare["name"], None))
+        else:
             rest.append(error)
-            continue
-        wanted.setdefault(error.module, []).append(
-            (error, hint["name"], hint["type"].replace("<type>", "Any"))
-        )
     out = dict(files)
     declared: list[str] = []
     for module, asked in wanted.items():
@@ -70,7 +79,7 @@ def declare(files: dict[str, str], package: str, errors: list[Error]) -> Declare
 
 
 def _annotate(
-    code: str, asked: list[tuple[Error, str, str]]
+    code: str, asked: list[tuple[Error, str, str | None]]
 ) -> tuple[str, list[tuple[int, str]], list[Error]]:
     """`code` with the asked annotations in (by line), what went in, and the errors it left."""
     tree = parsed(code)
@@ -87,11 +96,13 @@ def _annotate(
     left: list[Error] = []
     for error, name, type_ in asked:
         node = at.get(error.line)
+        type_ = type_ if type_ is not None or node is None else _generic(node.value)
         text = f"{name}: {type_}"
         line = lines[error.line - 1] if node is not None else ""
         indent = line[: len(line) - len(line.lstrip())]
         if (
             node is None
+            or type_ is None
             or node.col_offset != len(indent)  # after `;` or `if x:` on the same line
             or name in _declared_outer(tree, error.line)
             or not any(_binds(t, name) for t in node.targets)
@@ -116,6 +127,18 @@ def _annotate(
             line = line[:start] + text + line[end:]
         lines[number - 1 : number] = [*before.get(number, []), line]
     return "".join(lines), done, left
+
+
+def _generic(value: ast.expr) -> str | None:
+    """`deque[Any]` for `deque(...)` (`collections.deque[Any]` for `collections.deque(...)`): a
+    call of a class of `GENERIC`, over `Any`; None for anything else."""
+    if not isinstance(value, ast.Call):
+        return None
+    func = value.func
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    if name not in GENERIC:
+        return None
+    return f"{ast.unparse(func)}[{', '.join(['Any'] * GENERIC[name])}]"
 
 
 def _binds(target: ast.expr, name: str) -> bool:

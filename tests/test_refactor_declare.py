@@ -29,13 +29,14 @@ def test_a_list_a_helper_fills_gets_its_annotation_and_stays_checked(tmp_path: P
         tmp_path,
         "filled",
         [
-            new_code_cell("import torch\nfrom torch import nn"),
+            new_code_cell("from collections import deque\n\nimport torch\nfrom torch import nn"),
             new_markdown_cell("## Model"),
             new_code_cell("torch.manual_seed(0)\nmodel = nn.Linear(3, 1)"),
             new_code_cell(
                 "def remember(store, value):\n    store.append(value)\n\n"
-                "def scores(net, n):\n    seen = []\n    for i in range(n):\n"
-                "        remember(seen, float(net(torch.ones(3) * i).sum()))\n    return seen\n\n"
+                "def scores(net, n):\n    seen = []\n    recent = deque(maxlen=2)\n"
+                "    for i in range(n):\n        remember(seen, float(net(torch.ones(3) * i).sum()))\n"
+                "        remember(recent, i)\n    return seen + list(recent)\n\n"
                 "def pairs(n):\n    left, right = [], []\n    for i in range(n):\n"
                 "        remember(left, i)\n        remember(right, -i)\n    return left, right"
             ),
@@ -44,9 +45,10 @@ def test_a_list_a_helper_fills_gets_its_annotation_and_stays_checked(tmp_path: P
             new_code_cell("count = len(values) + len(first) + sum(second)"),
         ],
     )
-    assert run_value(out, "filled", "result['count']") == "1"  # 3 + 4 - 6
+    assert run_value(out, "filled", "result['count']") == "3"  # 3 + 2 + 4 - 6
     code = "\n".join(p.read_text() for p in (out / "filled").glob("*.py"))
     assert "seen: list[Any] = []" in code
+    assert "recent: deque[Any] = deque(maxlen=2)" in code  # mypy gives no hint for this one
     # a tuple assignment cannot hold annotations: they are declared on the lines before it
     assert "left: list[Any]\n" in code
     assert "right: list[Any]\n" in code
@@ -61,7 +63,9 @@ def test_only_what_can_hold_an_annotation_is_declared() -> None:
         "def a():\n    global log\n    log = []\n    return log\n\n"
         "def b():\n    if True: items = []\n    return items\n\n"
         "def c():\n    counts = {}\n    return counts\n\n"
-        "def d():\n    q = deque()\n    return q\n"
+        "def d():\n    q = deque()\n    return q\n\n"
+        "def e():\n    seen = collections.defaultdict(list)\n    return seen\n\n"
+        "def f():\n    loader = DataLoader([1, 2])\n    return loader\n"
     )
     hint = 'Need type annotation for "{0}" (hint: "{0}: {1} = ...")'
     errors = [
@@ -69,12 +73,19 @@ def test_only_what_can_hold_an_annotation_is_declared() -> None:
         Error("m", 7, hint.format("items", "list[<type>]"), "var-annotated"),  # after `if x:`
         Error("m", 11, hint.format("counts", "dict[<type>, <type>]"), "var-annotated"),
         Error("m", 15, hint.format("q", "deque[<type>]"), "var-annotated"),  # not a builtin
-        Error("m", 11, 'Need type annotation for "other"', "var-annotated"),  # no hint
+        Error("m", 11, 'Need type annotation for "other"', "var-annotated"),  # not on that line
+        # no hint: the class of the value, where it is a generic of `collections`
+        Error("m", 19, 'Need type annotation for "seen"', "var-annotated"),
+        Error("m", 23, 'Need type annotation for "loader"', "var-annotated"),
     ]
     result = declare({"p/m.py": code}, "p", errors)
-    assert sorted(e.line for e in result.rest) == [3, 7, 11, 15]
-    assert result.declared == ("m:11 counts: dict[Any, Any]",)
+    assert sorted(e.line for e in result.rest) == [3, 7, 11, 15, 23]
+    assert sorted(result.declared) == [
+        "m:11 counts: dict[Any, Any]",
+        "m:19 seen: collections.defaultdict[Any, Any]",
+    ]
     new = result.files["p/m.py"]
     assert "    counts: dict[Any, Any] = {}\n" in new
+    assert "    seen: collections.defaultdict[Any, Any] = collections.defaultdict(list)\n" in new
     assert "from typing import Any\n" in new
     ast.parse(new)
