@@ -105,20 +105,23 @@ def _annotate(
             or type_ is None
             or node.col_offset != len(indent)  # after `;` or `if x:` on the same line
             or name in _declared_outer(tree, error.line)
-            or not any(_binds(t, name) for t in node.targets)
         ):
             left.append(error)
             continue
         target = node.targets[0]
         if (
             len(node.targets) == 1
-            and isinstance(target, ast.Name)
+            and (_binds(target, name, alone=True) or _attribute(target, name))
             and target.end_lineno == node.lineno
             and error.line not in inline
-        ):
-            inline[error.line] = (target.col_offset, target.end_col_offset or 0, text)
-        else:
+        ):  # `x = []`, `self.x = []`: annotated in place
+            start, end = target.col_offset, target.end_col_offset or 0
+            inline[error.line] = (start, end, f"{line[start:end]}: {type_}")
+        elif any(_binds(t, name) for t in node.targets):  # `xs, ys = [], []`: the line before
             before.setdefault(error.line, []).append(indent + text + "\n")
+        else:
+            left.append(error)
+            continue
         done.append((error.line, text))
     for number in sorted({*inline, *before}, reverse=True):
         line = lines[number - 1]
@@ -141,10 +144,22 @@ def _generic(value: ast.expr) -> str | None:
     return f"{ast.unparse(func)}[{', '.join(['Any'] * GENERIC[name])}]"
 
 
-def _binds(target: ast.expr, name: str) -> bool:
-    """Whether the assignment target binds `name` itself (not an attribute or an item of it)."""
+def _attribute(target: ast.expr, name: str) -> bool:
+    """Whether the target is `self.name` (an attribute `name` of a plain name)."""
+    return (
+        isinstance(target, ast.Attribute)
+        and target.attr == name
+        and isinstance(target.value, ast.Name)
+    )
+
+
+def _binds(target: ast.expr, name: str, alone: bool = False) -> bool:
+    """Whether the assignment target binds `name` itself (not an attribute or an item of it);
+    `alone`: as the whole target."""
     if isinstance(target, ast.Name):
         return target.id == name
+    if alone:
+        return False
     if isinstance(target, ast.Tuple | ast.List):
         return any(_binds(t, name) for t in target.elts)
     if isinstance(target, ast.Starred):

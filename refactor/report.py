@@ -180,9 +180,10 @@ def _typecheck_lines(checked: Checked) -> list[str]:
             f"no type): {shown}{more}."
         )
     if checked.declared:
+        count = len(checked.declared)
         lines.append(
-            f'{len(checked.declared)} variables got the annotation mypy asked for ("Need type '
-            f'annotation"), so their functions stay checked: '
+            f"{count} variable{'s' if count != 1 else ''} got the annotation mypy asked for "
+            f'("Need type annotation"), so {"their functions stay" if count != 1 else "its function stays"} checked: '
             + ", ".join(f"`{d}`" for d in checked.declared)
             + "."
         )

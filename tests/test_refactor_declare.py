@@ -54,7 +54,7 @@ def test_a_list_a_helper_fills_gets_its_annotation_and_stays_checked(tmp_path: P
     assert "right: list[Any]\n" in code
     assert not _decorated(code) & {"scores", "pairs"}
     report = (out / "REFACTOR_REPORT.md").read_text()
-    assert "got the annotation mypy asked for" in report
+    assert "variables got the annotation mypy asked for" in report
     assert "mypy on the package: clean." in report
 
 
@@ -65,7 +65,8 @@ def test_only_what_can_hold_an_annotation_is_declared() -> None:
         "def c():\n    counts = {}\n    return counts\n\n"
         "def d():\n    q = deque()\n    return q\n\n"
         "def e():\n    seen = collections.defaultdict(list)\n    return seen\n\n"
-        "def f():\n    loader = DataLoader([1, 2])\n    return loader\n"
+        "def f():\n    loader = DataLoader([1, 2])\n    return loader\n\n"
+        "class Agent:\n    def __init__(self):\n        self.transition = list()\n"
     )
     hint = 'Need type annotation for "{0}" (hint: "{0}: {1} = ...")'
     errors = [
@@ -77,13 +78,18 @@ def test_only_what_can_hold_an_annotation_is_declared() -> None:
         # no hint: the class of the value, where it is a generic of `collections`
         Error("m", 19, 'Need type annotation for "seen"', "var-annotated"),
         Error("m", 23, 'Need type annotation for "loader"', "var-annotated"),
+        # an attribute set in a method (rainbow-is-all-you-need's agents): the method stays
+        # checked, so the other methods know the attributes it sets
+        Error("m", 28, hint.format("transition", "list[<type>]"), "var-annotated"),
     ]
     result = declare({"p/m.py": code}, "p", errors)
     assert sorted(e.line for e in result.rest) == [3, 7, 11, 15, 23]
     assert sorted(result.declared) == [
         "m:11 counts: dict[Any, Any]",
         "m:19 seen: collections.defaultdict[Any, Any]",
+        "m:28 transition: list[Any]",
     ]
+    assert "        self.transition: list[Any] = list()\n" in result.files["p/m.py"]
     new = result.files["p/m.py"]
     assert "    counts: dict[Any, Any] = {}\n" in new
     assert "    seen: collections.defaultdict[Any, Any] = collections.defaultdict(list)\n" in new
