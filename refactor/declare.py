@@ -53,7 +53,6 @@ class Declared:
 def declare(files: dict[str, str], package: str, errors: list[Error]) -> Declared:
     """Annotate the variables of `errors`' `var-annotated` ones that carry a container hint."""
     wanted: dict[str, list[tuple[Error, str, str | None]]] = {}  # by module: (error, name, type)
-    rest: list[Error] = []
     for error in errors:
         hint = HINT.match(error.text) if error.code == "var-annotated" else None
         bare = NO_HINT.match(error.text) if error.code == "var-annotated" else None
@@ -62,29 +61,29 @@ def declare(files: dict[str, str], package: str, errors: list[Error]) -> Declare
             wanted.setdefault(error.module, []).append((error, hint["name"], type_))
         elif bare is not None:  # the type from the value's class, if it is one of `GENERIC`
             wanted.setdefault(error.module, []).append((error, bare["name"], None))
-        else:
-            rest.append(error)
     out = dict(files)
     declared: list[str] = []
+    answered: set[int] = set()  # the errors' ids
     for module, asked in wanted.items():
         path = f"{package}/{module}.py"
-        code, done, left = _annotate(files.get(path, ""), asked)
-        rest += left
+        code, done = _annotate(files.get(path, ""), asked)
         if done:
-            if not re.search(r"^from typing import .*\bAny\b", code, re.M):
+            if not _imports_any(parsed(code)):
                 code = add_imports_text(code, {"from typing import Any"}, guarded=False)
             out[path] = code
-            declared += [f"{module}:{line} {text}" for line, text in done]
+            declared += [f"{module}:{error.line} {text}" for error, text in done]
+            answered.update(id(error) for error, _ in done)
+    rest = [error for error in errors if id(error) not in answered]  # in mypy's order
     return Declared(out, tuple(declared), rest)
 
 
 def _annotate(
     code: str, asked: list[tuple[Error, str, str | None]]
-) -> tuple[str, list[tuple[int, str]], list[Error]]:
-    """`code` with the asked annotations in (by line), what went in, and the errors it left."""
+) -> tuple[str, list[tuple[Error, str]]]:
+    """`code` with the asked annotations in (by line), and the errors answered (with what)."""
     tree = parsed(code)
     if tree is None:
-        return code, [], [error for error, _, _ in asked]
+        return code, []
     lines = code.splitlines(keepends=True)
     at: dict[int, ast.Assign] = {}
     for statement in statements(tree.body):
@@ -92,8 +91,7 @@ def _annotate(
             at.setdefault(statement.lineno, statement)
     inline: dict[int, tuple[int, int, str]] = {}  # line: (start, end, new text)
     before: dict[int, list[str]] = {}  # line: declarations to put above it
-    done: list[tuple[int, str]] = []
-    left: list[Error] = []
+    done: list[tuple[Error, str]] = []
     for error, name, type_ in asked:
         node = at.get(error.line)
         type_ = type_ if type_ is not None or node is None else _generic(node.value)
@@ -106,7 +104,6 @@ def _annotate(
             or node.col_offset != len(indent)  # after `;` or `if x:` on the same line
             or name in _declared_outer(tree, error.line)
         ):
-            left.append(error)
             continue
         target = node.targets[0]
         if (
@@ -120,16 +117,25 @@ def _annotate(
         elif any(_binds(t, name) for t in node.targets):  # `xs, ys = [], []`: the line before
             before.setdefault(error.line, []).append(indent + text + "\n")
         else:
-            left.append(error)
             continue
-        done.append((error.line, text))
+        done.append((error, text))
     for number in sorted({*inline, *before}, reverse=True):
         line = lines[number - 1]
         if number in inline:
             start, end, text = inline[number]
             line = line[:start] + text + line[end:]
         lines[number - 1 : number] = [*before.get(number, []), line]
-    return "".join(lines), done, left
+    return "".join(lines), done
+
+
+def _imports_any(tree: ast.Module | None) -> bool:
+    """Whether the module binds `Any` by a top-level `from typing import Any` (or `*`)."""
+    return tree is not None and any(
+        isinstance(node, ast.ImportFrom)
+        and node.module == "typing"
+        and any(a.name in ("Any", "*") and a.asname is None for a in node.names)
+        for node in tree.body
+    )
 
 
 def _generic(value: ast.expr) -> str | None:

@@ -95,3 +95,14 @@ def test_only_what_can_hold_an_annotation_is_declared() -> None:
     assert "    seen: collections.defaultdict[Any, Any] = collections.defaultdict(list)\n" in new
     assert "from typing import Any\n" in new
     ast.parse(new)
+
+
+def test_any_is_imported_once() -> None:
+    """A module that imports `Any` already (over several lines, as ruff formats a long import)
+    gets no second import (the gate's F811)."""
+    code = "from typing import (\n    Any,\n    Optional,\n)\n\n\ndef f():\n    xs = []\n    return xs\n"
+    text = 'Need type annotation for "xs" (hint: "xs: list[<type>] = ...")'
+    error = Error("m", 8, text, "var-annotated")
+    new = declare({"p/m.py": code}, "p", [error]).files["p/m.py"]
+    assert new.count("Any") == 2
+    assert "    xs: list[Any] = []\n" in new
