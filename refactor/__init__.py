@@ -19,8 +19,9 @@ the next (`pipeline.py` runs them in this order):
 5. `annotate`: the types, inferred over the whole package (`symbols`, `infer`, `scope`, `flow`,
    `reaching`, `uses`, `known`; `traced` with `--execute`), written in (`typeexpr`) and checked by mypy
    (`typecheck`: a rejected annotation is removed, a function whose own code fails gets
-   `@no_type_check`, a variable mypy asks the type of gets it from `declare`; `mypytypes` reads the types mypy inferred on the clean package where the
-   inference left a parameter or a return open) (`Annotated`).
+   `@no_type_check`, a variable mypy asks the type of gets it from `declare`; `mypytypes` reads
+   the types mypy inferred on the clean package where the inference left a parameter or a
+   return open) (`Annotated`).
 6. `testgen`: the generated tests (`Generated`; `characterise` for recorded fixtures).
 7. `output`: formats with ruff and writes atomically.
 8. `gate`, `docs.build_html`, `equivalence`: the checks on the written package.
