@@ -41,7 +41,7 @@ from collections import deque
 
 class Memory:
     def __init__(self, capacity: int, name: str) -> None:
-        self.items = deque(maxlen=capacity)
+        self.items = {"recent": deque(maxlen=capacity)}
         self.name = name
 """
 
@@ -49,6 +49,7 @@ class Memory:
 def test_a_missing_variable_annotation_decorates_at_once_and_keeps_the_parameters(
     rounds: list[int],
 ) -> None:
+    # (a dict of deques: mypy gives no hint, so `declare` has no annotation to write)
     # `capacity` is named on the line of "Need type annotation for items", but its type is not
     # the cause: dropping it leaves `name: str` and `-> None`, so mypy still checks the function
     added = {".a.Memory.__init__": SimpleNamespace(params={"capacity": "int"}, returns=None)}
@@ -63,6 +64,23 @@ def test_a_missing_variable_annotation_decorates_at_once_and_keeps_the_parameter
     )
 
 
+def test_a_variable_mypy_names_the_type_of_is_declared_in_the_same_round(
+    rounds: list[int],
+) -> None:
+    # a deque alone: mypy's "Need type annotation" has no hint, but the value's class says it;
+    # the variable gets it (`declare`) in the round that shows the error, nothing is decorated
+    # or removed, and the next round confirms
+    code = MEMORY.replace('{"recent": deque(maxlen=capacity)}', "deque(maxlen=capacity)")
+    added = {".a.Memory.__init__": SimpleNamespace(params={"capacity": "int"}, returns=None)}
+    checked = typecheck.check(_package(code), "pkg", added)
+    assert checked.result == "clean"
+    assert rounds == [1, 0]
+    assert checked.no_type_check == ()
+    assert checked.removed == ()
+    assert checked.declared == ("a:6 items: deque[Any]",)
+    assert "        self.items: deque[Any] = deque(maxlen=capacity)\n" in checked.files["pkg/a.py"]
+
+
 def test_a_drop_that_leaves_the_function_unannotated_still_comes_first(
     rounds: list[int],
 ) -> None:
@@ -73,7 +91,7 @@ def test_a_drop_that_leaves_the_function_unannotated_still_comes_first(
 
 
     def memory(capacity: int):
-        items = deque(maxlen=capacity)
+        items = {"recent": deque(maxlen=capacity)}
         return items
     """
     added = {".a.memory": SimpleNamespace(params={"capacity": "int"}, returns=None)}
@@ -149,7 +167,7 @@ def test_a_method_that_sets_attributes_loses_its_annotations_not_its_class_s_che
 
     class Buffer:
         def __init__(self, capacity: int) -> None:
-            self.buffer = deque(maxlen=capacity)
+            self.buffer = {"recent": deque(maxlen=capacity)}
 
         def size(self, scale: int) -> int:
             return len(self.buffer) * scale
