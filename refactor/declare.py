@@ -15,16 +15,19 @@ Where mypy gives no hint, a value made by a generic class of `collections` (`def
 (`counts: defaultdict[Any, Any] = defaultdict(list)`). Not a `DataLoader` over a list: mypy
 rejects the list itself there (not a `Dataset`), and the function is decorated as before.
 
-Only the builtin containers of mypy's hint (`list`, `dict`, `set`), only where the statement
-starts its own line, and never for a name the function declares `global` or `nonlocal` (an
-annotation there is a SyntaxError); every other such error goes on to `rejected.plan_edits` as
-before. The edits are made on the text by the positions Python's `ast` gives; the output step
-formats the module afterwards.
+Only the builtin containers of mypy's hint (`list`, `dict`, `set`), only in a function's body
+(at a module's or a class's top level an annotation runs on import, or turns a dataclass's class
+attribute into a field), only where the statement starts its own line, and never for a name the
+function declares `global` or `nonlocal` (an annotation there is a SyntaxError); every other
+such error goes on to `rejected.plan_edits` as before. The edits are made on the text by the
+positions Python's `ast` gives (UTF-8 bytes, the line breaks it counts); the output step formats
+the module afterwards.
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import re
 from dataclasses import dataclass
 
@@ -42,8 +45,8 @@ GENERIC = {"defaultdict": 2, "OrderedDict": 2, "deque": 1, "Counter": 1}  # thei
 
 @dataclass(frozen=True)
 class Declared:
-    """The modules' code with the annotations in, what was annotated (`module:line name: type`,
-    for the report) and the errors left for `plan_edits`."""
+    """The modules' code with the annotations in, what was annotated (`module.function: name:
+    type`, for the report) and the errors left for `plan_edits`."""
 
     files: dict[str, str]
     declared: tuple[str, ...]
@@ -71,7 +74,7 @@ def declare(files: dict[str, str], package: str, errors: list[Error]) -> Declare
             if not _imports_any(parsed(code)):
                 code = add_imports_text(code, {"from typing import Any"}, guarded=False)
             out[path] = code
-            declared += [f"{module}:{error.line} {text}" for error, text in done]
+            declared += [f"{module}.{text}" for _, text in done]
             answered.update(id(error) for error, _ in done)
     rest = [error for error in errors if id(error) not in answered]  # in mypy's order
     return Declared(out, tuple(declared), rest)
@@ -80,29 +83,37 @@ def declare(files: dict[str, str], package: str, errors: list[Error]) -> Declare
 def _annotate(
     code: str, asked: list[tuple[Error, str, str | None]]
 ) -> tuple[str, list[tuple[Error, str]]]:
-    """`code` with the asked annotations in (by line), and the errors answered (with what)."""
+    """`code` with the asked annotations in (by line), and the errors answered (with what, as
+    `function: name: type`)."""
     tree = parsed(code)
     if tree is None:
         return code, []
-    lines = code.splitlines(keepends=True)
-    at: dict[int, ast.Assign] = {}
-    for statement in statements(tree.body):
-        if isinstance(statement, ast.Assign):
-            at.setdefault(statement.lineno, statement)
-    inline: dict[int, tuple[int, int, str]] = {}  # line: (start, end, new text)
+    lines = io.StringIO(code, newline="").readlines()  # the line breaks `ast` counts
+    at = _assignments(tree)
+    from_collections = {
+        a.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module == "collections"
+        for a in node.names
+        if a.asname in (None, a.name)
+    }
+    inline: dict[int, tuple[int, int, str]] = {}  # line: (start, end, new text), UTF-8 bytes
     before: dict[int, list[str]] = {}  # line: declarations to put above it
     done: list[tuple[Error, str]] = []
+    seen: set[tuple[int, str]] = set()
     for error, name, type_ in asked:
-        node = at.get(error.line)
-        type_ = type_ if type_ is not None or node is None else _generic(node.value)
-        text = f"{name}: {type_}"
-        line = lines[error.line - 1] if node is not None else ""
+        found = at.get(error.line)
+        if found is None or not 0 < error.line <= len(lines) or (error.line, name) in seen:
+            continue
+        seen.add((error.line, name))
+        node, function, qualname = found
+        type_ = type_ if type_ is not None else _generic(node.value, from_collections)
+        line = lines[error.line - 1]
         indent = line[: len(line) - len(line.lstrip())]
         if (
-            node is None
-            or type_ is None
-            or node.col_offset != len(indent)  # after `;` or `if x:` on the same line
-            or name in _declared_outer(tree, error.line)
+            type_ is None
+            or node.col_offset != len(indent.encode())  # after `;` or `if x:` on the line
+            or name in _declared(function)
         ):
             continue
         target = node.targets[0]
@@ -113,19 +124,64 @@ def _annotate(
             and error.line not in inline
         ):  # `x = []`, `self.x = []`: annotated in place
             start, end = target.col_offset, target.end_col_offset or 0
-            inline[error.line] = (start, end, f"{line[start:end]}: {type_}")
+            spelled = line.encode()[start:end].decode()
+            inline[error.line] = (start, end, f"{spelled}: {type_}")
         elif any(_binds(t, name) for t in node.targets):  # `xs, ys = [], []`: the line before
-            before.setdefault(error.line, []).append(indent + text + "\n")
+            ending = line[len(line.rstrip("\r\n")) :] or "\n"
+            before.setdefault(error.line, []).append(f"{indent}{name}: {type_}{ending}")
         else:
             continue
-        done.append((error, text))
+        done.append((error, f"{qualname}: {name}: {type_}"))
     for number in sorted({*inline, *before}, reverse=True):
         line = lines[number - 1]
         if number in inline:
             start, end, text = inline[number]
-            line = line[:start] + text + line[end:]
+            raw = line.encode()
+            line = (raw[:start] + text.encode() + raw[end:]).decode()
         lines[number - 1 : number] = [*before.get(number, []), line]
     return "".join(lines), done
+
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def _assignments(tree: ast.Module) -> dict[int, tuple[ast.Assign, Function, str]]:
+    """The assignments inside functions' bodies by first line, with their innermost function
+    and its qualname. Not those of a module or a class body: there an annotation runs when the
+    module is imported (these modules may not have `from __future__ import annotations`) or
+    makes a dataclass's, NamedTuple's or pydantic model's class attribute a field."""
+    found: dict[int, tuple[ast.Assign, Function, str]] = {}
+
+    def visit(body: list[ast.stmt], function: Function | None, qualname: str) -> None:
+        for node in body:
+            inner = f"{qualname}.{getattr(node, 'name', '')}" if qualname else ""
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, None, inner or node.name)
+                continue
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(node.body, node, inner or node.name)
+                continue
+            if isinstance(node, ast.Assign) and function is not None:
+                found.setdefault(node.lineno, (node, function, qualname))
+            for field in ("body", "orelse", "finalbody"):
+                inner_body = getattr(node, field, None)
+                if isinstance(inner_body, list):
+                    visit(inner_body, function, qualname)
+            for part in [*getattr(node, "handlers", ()), *getattr(node, "cases", ())]:
+                visit(part.body, function, qualname)
+
+    visit(tree.body, None, "")
+    return found
+
+
+def _declared(function: Function) -> set[str]:
+    """The names `function` declares `global` or `nonlocal` (an annotation of one of them is a
+    SyntaxError), in its own body or a nested one."""
+    names: set[str] = set()
+    for node in statements(function.body):
+        if isinstance(node, ast.Global | ast.Nonlocal):
+            names.update(node.names)
+    return names
 
 
 def _imports_any(tree: ast.Module | None) -> bool:
@@ -138,13 +194,23 @@ def _imports_any(tree: ast.Module | None) -> bool:
     )
 
 
-def _generic(value: ast.expr) -> str | None:
+def _generic(value: ast.expr, from_collections: set[str]) -> str | None:
     """`deque[Any]` for `deque(...)` (`collections.deque[Any]` for `collections.deque(...)`): a
-    call of a class of `GENERIC`, over `Any`; None for anything else."""
+    call of a class of `GENERIC` that the module imports from `collections`, over `Any`; None
+    for anything else (a `Counter` of another library may take no type arguments)."""
     if not isinstance(value, ast.Call):
         return None
     func = value.func
-    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    if isinstance(func, ast.Name) and func.id in from_collections:
+        name = func.id
+    elif (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "collections"
+    ):
+        name = func.attr
+    else:
+        return None
     if name not in GENERIC:
         return None
     return f"{ast.unparse(func)}[{', '.join(['Any'] * GENERIC[name])}]"
@@ -171,22 +237,3 @@ def _binds(target: ast.expr, name: str, alone: bool = False) -> bool:
     if isinstance(target, ast.Starred):
         return _binds(target.value, name)
     return False
-
-
-def _declared_outer(tree: ast.Module, line: int) -> set[str]:
-    """The names the innermost function around `line` declares `global` or `nonlocal`."""
-    inner: ast.FunctionDef | ast.AsyncFunctionDef | None = None
-    for node in statements(tree.body):
-        if (
-            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-            and node.lineno <= line <= (node.end_lineno or node.lineno)
-            and (inner is None or node.lineno >= inner.lineno)
-        ):
-            inner = node
-    if inner is None:
-        return set()
-    names: set[str] = set()
-    for node in statements(inner.body):
-        if isinstance(node, ast.Global | ast.Nonlocal):
-            names.update(node.names)
-    return names

@@ -183,7 +183,7 @@ def _typecheck_lines(checked: Checked) -> list[str]:
         count = len(checked.declared)
         lines.append(
             f"{count} variable{'s' if count != 1 else ''} got the annotation mypy asked for "
-            f'("Need type annotation"), so {"their functions stay" if count != 1 else "its function stays"} checked: '
+            '("Need type annotation") instead of `@no_type_check` on the function for it: '
             + ", ".join(f"`{d}`" for d in checked.declared)
             + "."
         )

@@ -58,43 +58,97 @@ def test_a_list_a_helper_fills_gets_its_annotation_and_stays_checked(tmp_path: P
     assert "mypy on the package: clean." in report
 
 
+HINT = 'Need type annotation for "{0}" (hint: "{0}: {1} = ...")'
+
+
+def _asked(line: int, name: str, hint: str | None = None) -> Error:
+    text = HINT.format(name, hint) if hint else f'Need type annotation for "{name}"'
+    return Error("m", line, text, "var-annotated")
+
+
 def test_only_what_can_hold_an_annotation_is_declared() -> None:
     code = (
-        "def a():\n    global log\n    log = []\n    return log\n\n"
-        "def b():\n    if True: items = []\n    return items\n\n"
-        "def c():\n    counts = {}\n    return counts\n\n"
-        "def d():\n    q = deque()\n    return q\n\n"
-        "def e():\n    seen = collections.defaultdict(list)\n    return seen\n\n"
-        "def f():\n    loader = DataLoader([1, 2])\n    return loader\n\n"
-        "class Agent:\n    def __init__(self):\n        self.transition = list()\n"
+        "import collections\n"
+        "from collections import deque\n\n"
+        "from mylib import Counter\n\n\n"
+        "def a():\n    global log\n    log = []\n    return log\n\n"  # 7
+        "def b():\n    if True: items = []\n    return items\n\n"  # 12
+        "def c():\n    counts = {}\n    return counts\n\n"  # 16
+        "def d():\n    q = deque()\n    return q\n\n"  # 20
+        "def e():\n    seen = collections.defaultdict(list)\n    return seen\n\n"  # 24
+        "def f():\n    loader = DataLoader([1, 2])\n    tally = Counter()\n\n"  # 28
+        "class Agent:\n    def __init__(self):\n        self.transition = list()\n"  # 32
     )
-    hint = 'Need type annotation for "{0}" (hint: "{0}: {1} = ...")'
     errors = [
-        Error("m", 3, hint.format("log", "list[<type>]"), "var-annotated"),  # global: SyntaxError
-        Error("m", 7, hint.format("items", "list[<type>]"), "var-annotated"),  # after `if x:`
-        Error("m", 11, hint.format("counts", "dict[<type>, <type>]"), "var-annotated"),
-        Error("m", 15, hint.format("q", "deque[<type>]"), "var-annotated"),  # not a builtin
-        Error("m", 11, 'Need type annotation for "other"', "var-annotated"),  # not on that line
-        # no hint: the class of the value, where it is a generic of `collections`
-        Error("m", 19, 'Need type annotation for "seen"', "var-annotated"),
-        Error("m", 23, 'Need type annotation for "loader"', "var-annotated"),
+        _asked(9, "log", "list[<type>]"),  # global: an annotation is a SyntaxError
+        _asked(13, "items", "list[<type>]"),  # after `if x:` on the same line
+        _asked(17, "counts", "dict[<type>, <type>]"),
+        _asked(21, "q", "deque[<type>]"),  # a hint that is not a builtin container
+        _asked(17, "other"),  # no such name on that line
+        # no hint: the class of the value, where it is a generic the module has from
+        # `collections`; not a `DataLoader` (mypy rejects its list argument anyway), not
+        # another library's `Counter` (it may take no type arguments)
+        _asked(21, "q"),
+        _asked(25, "seen"),
+        _asked(29, "loader"),
+        _asked(30, "tally"),
         # an attribute set in a method (rainbow-is-all-you-need's agents): the method stays
         # checked, so the other methods know the attributes it sets
-        Error("m", 28, hint.format("transition", "list[<type>]"), "var-annotated"),
+        _asked(34, "transition", "list[<type>]"),
     ]
     result = declare({"p/m.py": code}, "p", errors)
-    assert sorted(e.line for e in result.rest) == [3, 7, 11, 15, 23]
-    assert sorted(result.declared) == [
-        "m:11 counts: dict[Any, Any]",
-        "m:19 seen: collections.defaultdict[Any, Any]",
-        "m:28 transition: list[Any]",
-    ]
-    assert "        self.transition: list[Any] = list()\n" in result.files["p/m.py"]
+    assert [e.line for e in result.rest] == [9, 13, 21, 17, 29, 30]  # in mypy's order
+    assert result.declared == (
+        "m.c: counts: dict[Any, Any]",
+        "m.d: q: deque[Any]",
+        "m.e: seen: collections.defaultdict[Any, Any]",
+        "m.Agent.__init__: transition: list[Any]",
+    )
     new = result.files["p/m.py"]
     assert "    counts: dict[Any, Any] = {}\n" in new
+    assert "    q: deque[Any] = deque()\n" in new
     assert "    seen: collections.defaultdict[Any, Any] = collections.defaultdict(list)\n" in new
+    assert "        self.transition: list[Any] = list()\n" in new
     assert "from typing import Any\n" in new
     ast.parse(new)
+
+
+def test_a_tuple_assignment_gets_declarations_above_it_in_the_file_s_own_line_breaks() -> None:
+    code = "def f():\r\n    # \x0c\r\n    xs, ys = [], []\r\n    return xs, ys\r\n"
+    result = declare(
+        {"p/m.py": code}, "p", [_asked(3, "xs", "list[<type>]"), _asked(3, "ys", "list[<type>]")]
+    )
+    new = result.files["p/m.py"]
+    # a form feed is a line break to `str.splitlines`, not to Python: the lines are Python's
+    assert "    xs: list[Any]\r\n    ys: list[Any]\r\n    xs, ys = [], []\r\n" in new
+    assert result.rest == []
+
+
+def test_names_that_are_not_ascii_are_cut_by_their_bytes() -> None:
+    code = "def f():\n    pérdidas = []\n    return pérdidas\n\n\nclass A:\n    def g(self):\n        self.données = []\n"
+    result = declare(
+        {"p/m.py": code},
+        "p",
+        [_asked(2, "pérdidas", "list[<type>]"), _asked(8, "données", "list[<type>]")],
+    )
+    new = result.files["p/m.py"]
+    assert "    pérdidas: list[Any] = []\n" in new
+    assert "        self.données: list[Any] = []\n" in new
+
+
+def test_module_and_class_level_names_are_left_to_the_decorator() -> None:
+    """At a module's top level the annotation runs on import (before a late `from typing import
+    Any`); in a dataclass's body it makes the class attribute a field (a mutable default: the
+    class fails to build)."""
+    code = (
+        "from dataclasses import dataclass\n\nhistory = []\n\nimport sys\n\n\n"
+        "@dataclass\nclass C:\n    items = []\n"
+    )
+    errors = [_asked(3, "history", "list[<type>]"), _asked(10, "items", "list[<type>]")]
+    result = declare({"p/m.py": code}, "p", errors)
+    assert result.files["p/m.py"] == code
+    assert result.rest == errors
+    assert result.declared == ()
 
 
 def test_any_is_imported_once() -> None:

@@ -77,7 +77,7 @@ def test_a_variable_mypy_names_the_type_of_is_declared_in_the_same_round(
     assert rounds == [1, 0]
     assert checked.no_type_check == ()
     assert checked.removed == ()
-    assert checked.declared == ("a:6 items: deque[Any]",)
+    assert checked.declared == ("a.Memory.__init__: items: deque[Any]",)
     assert "        self.items: deque[Any] = deque(maxlen=capacity)\n" in checked.files["pkg/a.py"]
 
 
