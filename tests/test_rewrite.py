@@ -98,7 +98,7 @@ def test_epoch_loop_around_a_batch_loop_counts_epochs_enumerate_and_tqdm_stay_ou
         """,
         """\
         for epoch in __trainmate__.epochs(range(3)):
-            for i, (xb, yb) in enumerate(tqdm(__trainmate__.batches(loader))):
+            for i, (xb, yb) in enumerate(tqdm(__trainmate__.batches(loader)), start=__trainmate__.resumed_start(0)):
                 for (xb, yb) in __trainmate__.parts((xb, yb), ()):  # RETRY
                     try:  # RETRY
                         __trainmate__.backward(model(xb).sum())

@@ -62,8 +62,19 @@ def test_next_batch_counts_a_step_and_its_samples() -> None:
     it = iter(BATCHES)
     s.next_batch(it)
     assert s.next_batch(iter(()), None) is None
-    totals = s.timer.totals
-    assert (totals.steps, totals.samples) == (2, 3)
+    summary = s.close("finished")
+    assert (summary.steps, summary.samples) == (2, 3)  # no signal at all: each fetch counts
+
+
+def test_a_next_batch_that_no_step_follows_is_taken_back() -> None:
+    # josiahdavis/tabular: each pass draws `next(iter(train))`, steps, then evaluates on
+    # `next(iter(valid))` under no_grad; only the training fetches are steps
+    s = session()
+    for _ in range(3):
+        train_on(s, s.next_batch(iter(BATCHES)))
+        s.next_batch(iter([torch.ones(5, 2)]))  # validation: no backward, no step
+    summary = s.close("finished")
+    assert (summary.steps, summary.samples) == (3, 9)
 
 
 def test_the_last_batch_closes_a_short_accumulation_window() -> None:

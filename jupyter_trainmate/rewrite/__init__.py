@@ -42,7 +42,7 @@ from .functions import (
     notebook_function,
     notebook_method,
 )
-from .loops import BatchLoopTransformer, carried_names, iterated_names
+from .loops import BatchLoopTransformer, carried_names, is_range_like, iterated_names
 from .magics import MagicTransformer, code_of, magic_calls
 from .retry import MARK, RetryTransformer, compile_rewritten, forget_compiled
 
@@ -109,22 +109,27 @@ def rewrite_source(
     trainers: frozenset[str] = frozenset(),
     model_lists: frozenset[str] = frozenset(),
     retry: bool = True,
+    batch_loopers: frozenset[str] = frozenset(),
 ) -> tuple[str, CodeFacts]:
     """Rewrite one piece of code (a cell or a function). Raises libcst's ParserSyntaxError.
 
     The facts' lines are `source`'s own (not moved by `context.line_offset`). `model_lists` names
     the lists of models or optimizers the code may loop over (see `loops.over_models`). `retry`:
     whether batch loop bodies get the out-of-memory retry point (`runtime.oom.wants_retry`).
+    `batch_loopers`: the trainers that iterate batches themselves (`_Reach.batch_loopers`).
     """
     wrapper = cst.MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
-    facts = read_facts(wrapper, trainers)
+    facts = read_facts(wrapper, trainers, batch_loopers)
     for line, code in facts.gradient_reads:
         context.left_alone(line, code, GRADIENT_READ)
     looped = wrapper.visit(BatchLoopTransformer(context, facts, model_lists))
     called = cst.MetadataWrapper(looped, unsafe_skip_copy=True).visit(TrainCallTransformer(context))
     retried = called.visit(RetryTransformer()) if retry else called
     magics = MagicTransformer(
-        context, lambda code, inner: rewrite_source(code, inner, trainers, model_lists, retry)
+        context,
+        lambda code, inner: rewrite_source(
+            code, inner, trainers, model_lists, retry, batch_loopers
+        ),
     )
     done = cst.MetadataWrapper(retried, unsafe_skip_copy=True).visit(magics)
     shift = -context.line_offset
@@ -337,14 +342,6 @@ class _Reach:
         `step_fn` a trainer inside `mini_batch`, and so `mini_batch` one).
         """
 
-        def names_of(r: _Reached) -> set[str]:
-            if r.source.owner is None:
-                return {r.source.name}
-            return {f".{r.source.attr}", *r.bound_names}
-
-        def calls_of(r: _Reached) -> set[str]:
-            return r.names | {f".{attr}" for _, attr in r.methods}
-
         reached = list(self.found.items())
         functions = {r.source.name: r for _, r in reached if r.source.owner is None}
         trainers: set[str] = set(self.opaque_steps)
@@ -379,6 +376,55 @@ class _Reach:
                     handed.setdefault(key, set()).update(more)
                     changed = True
         return frozenset(trainers), {key: frozenset(names) for key, names in handed.items()}
+
+    def batch_loopers(self, trainers: frozenset[str]) -> frozenset[str]:
+        """Names (as `trainers` spells them) of the reached functions that iterate batches
+        themselves: a training loop over something other than a counter in their code, or a call
+        of such a function (`fit(model)` holding `for epoch ...: for x, y in loader:`). A loop
+        that trains only through them is not a batch loop (`for w in widths: fit(make(w))`)."""
+        reached = list(self.found.values())
+        found: set[str] = set()
+        for r in reached:
+            if _loops_over_batches(r.module, trainers):
+                found |= names_of(r)
+        changed = True
+        while changed:
+            changed = False
+            for r in reached:
+                if not names_of(r) <= found and calls_of(r) & found:
+                    found |= names_of(r)
+                    changed = True
+        return frozenset(found)
+
+
+def names_of(r: _Reached) -> set[str]:
+    """The names a call of a reached function goes by: `f`, or `.method` and its bound names."""
+    if r.source.owner is None:
+        return {r.source.name}
+    return {f".{r.source.attr}", *r.bound_names}
+
+
+def calls_of(r: _Reached) -> set[str]:
+    return r.names | {f".{attr}" for _, attr in r.methods}
+
+
+def _loops_over_batches(module: cst.Module, trainers: frozenset[str]) -> bool:
+    """Whether `module` holds a `for` loop over something other than a counter whose body calls
+    backward() or a function that trains."""
+    for loop in m.findall(module, m.For()):
+        assert isinstance(loop, cst.For)
+        if is_range_like(loop.iter):
+            continue
+        if m.findall(loop.body, BACKWARD):
+            return True
+        for call in m.findall(loop.body, m.Call()):
+            assert isinstance(call, cst.Call)
+            func = call.func
+            if (isinstance(func, cst.Name) and func.value in trainers) or (
+                isinstance(func, cst.Attribute) and f".{func.attr.value}" in trainers
+            ):
+                return True
+    return False
 
 
 class _RecordingNamespace(Mapping[str, object]):
@@ -482,12 +528,13 @@ def _rewrite_cell(
     if reach is not None:
         reach.run(*_names_in(module))
     trainers, holding = reach.trainers(module) if reach is not None else (frozenset(), {})
+    loopers = reach.batch_loopers(trainers) if reach is not None else frozenset()
     model_lists = (
         _model_lists([module, *(r.module for r in reach.found.values())], namespace)
         if reach is not None and namespace is not None
         else frozenset()
     )
-    code, facts = rewrite_source(source, context, trainers, model_lists, retry)
+    code, facts = rewrite_source(source, context, trainers, model_lists, retry, loopers)
     notes = [*context.sorted_notes(), *(reach.notes if reach is not None else ())]
     batch_sources = list(context.batch_sources)
     functions = []
@@ -496,7 +543,12 @@ def _rewrite_cell(
         fn_context = RewriteContext(f"{fn.kind} {fn.name}", line_offset=fn.first_line - 1)
         try:
             new_source, fn_facts = rewrite_source(
-                fn.source, fn_context, trainers | holding.get(key, frozenset()), model_lists, retry
+                fn.source,
+                fn_context,
+                trainers | holding.get(key, frozenset()),
+                model_lists,
+                retry,
+                loopers,
             )
         except cst.ParserSyntaxError:
             continue

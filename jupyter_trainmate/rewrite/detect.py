@@ -32,6 +32,9 @@ class CodeFacts:
     """What a read of the code found (node sets hold libcst nodes by identity)."""
 
     training_loops: frozenset[cst.CSTNode] = frozenset()
+    # training loops whose bodies train only by calling functions that iterate batches
+    # themselves (`for w in widths: fit(make(w))`): their passes hold other loops' steps
+    through_loops: frozenset[cst.CSTNode] = frozenset()
     training_comprehensions: frozenset[cst.CSTNode] = frozenset()
     backward_calls: int = 0
     own_autocast: bool = False
@@ -94,10 +97,12 @@ def _is_grad(node: cst.BaseExpression) -> bool:
 class _FactsVisitor(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (cst.metadata.PositionProvider,)
 
-    def __init__(self, trainers: frozenset[str]) -> None:
+    def __init__(self, trainers: frozenset[str], batch_loopers: frozenset[str]) -> None:
         super().__init__()
         self._trainers = trainers
+        self._loopers = batch_loopers
         self.training_loops: set[cst.CSTNode] = set()
+        self.direct_loops: set[cst.CSTNode] = set()  # a step of their own in their bodies
         self.training_comprehensions: set[cst.CSTNode] = set()
         self.backward_calls = 0
         self.own_autocast = False
@@ -111,6 +116,11 @@ class _FactsVisitor(cst.CSTVisitor):
         self._loops: list[cst.CSTNode] = []
         self._saved: list[list[cst.CSTNode]] = []
         self._closures: set[str] = set()  # functions defined here that call backward()
+        # loops around a `torch.autograd.grad(...)` call, and around an argument-less `.step()`:
+        # a loop holding both trains (MAML: gradients by autograd.grad, set on `.grad` by hand,
+        # then `meta_opt.step()`), though no backward() is in it
+        self._grad_loops: set[cst.CSTNode] = set()
+        self._bare_step_loops: set[cst.CSTNode] = set()
 
     def _line(self, node: cst.CSTNode) -> int:
         return int(self.get_metadata(cst.metadata.PositionProvider, node).start.line)
@@ -146,12 +156,14 @@ class _FactsVisitor(cst.CSTVisitor):
             and node.args[0].value.value in self._closures
         )
 
-    def _calls_trainer(self, node: cst.Call) -> bool:
-        """A call of a notebook function (`f()`) or method (`.f()`) that trains."""
+    def _calls_trainer(self, node: cst.Call, among: frozenset[str] | None = None) -> bool:
+        """A call of a notebook function (`f()`) or method (`.f()`) that trains (or, with
+        `among`, one of those)."""
+        names = self._trainers if among is None else among
         func = node.func
         if isinstance(func, cst.Name):
-            return func.value in self._trainers
-        return isinstance(func, cst.Attribute) and f".{func.attr.value}" in self._trainers
+            return func.value in names
+        return isinstance(func, cst.Attribute) and f".{func.attr.value}" in names
 
     def _trains(self, node: cst.CSTNode) -> bool:
         """Whether `node` holds a backward() or a call to a notebook function that trains."""
@@ -189,8 +201,14 @@ class _FactsVisitor(cst.CSTVisitor):
             self.training_loops.update(self._loops)
             if self._loops:
                 self.step_loops.add(self._loops[-1])
-        if m.matches(node.func, m.Attribute(value=m.Name("autograd"), attr=m.Name("grad"))):
+            if not self._calls_trainer(node, self._loopers):
+                self.direct_loops.update(self._loops)
+        autograd = m.Name("autograd") | m.Attribute(attr=m.Name("autograd"))
+        if m.matches(node.func, m.Attribute(value=autograd, attr=m.Name("grad"))):
             self.autograd_grad = True
+            self._grad_loops.update(self._loops)
+        elif not node.args and m.matches(node, STEP):
+            self._bare_step_loops.update(self._loops)
         func = node.func
         harmless = isinstance(func, cst.Attribute) and func.attr.value in _HARMLESS_ON_GRAD
         if harmless and isinstance(func, cst.Attribute) and _is_grad(func.value):
@@ -230,17 +248,26 @@ class _FactsVisitor(cst.CSTVisitor):
             self.manual_accumulation_line = self._line(node)
 
 
-def read_facts(wrapper: cst.MetadataWrapper, trainers: frozenset[str] = frozenset()) -> CodeFacts:
+def read_facts(
+    wrapper: cst.MetadataWrapper,
+    trainers: frozenset[str] = frozenset(),
+    batch_loopers: frozenset[str] = frozenset(),
+) -> CodeFacts:
     """Read `wrapper`'s code; calls to the notebook functions named in `trainers` count as training.
 
-    `trainers` holds function names (`train_step`) and method names after a dot (`.fit`).
+    `trainers` holds function names (`train_step`) and method names after a dot (`.fit`);
+    `batch_loopers` those of them that iterate batches themselves.
     """
-    v = _FactsVisitor(trainers)
+    v = _FactsVisitor(trainers, batch_loopers)
     wrapper.visit(v)
+    by_grad = v._grad_loops & v._bare_step_loops
+    v.training_loops |= by_grad
+    v.direct_loops |= by_grad
     # Per-step .item() calls: in the same innermost loop as a backward() (not once per epoch).
     items = tuple(sorted({line for line, loop in v.items if loop in v.step_loops}))
     return CodeFacts(
         training_loops=frozenset(v.training_loops),
+        through_loops=frozenset(v.training_loops - v.direct_loops),
         training_comprehensions=frozenset(v.training_comprehensions),
         backward_calls=v.backward_calls,
         own_autocast=v.own_autocast,

@@ -29,7 +29,7 @@ from .detect import CodeFacts
 from .retry import batch_target
 
 _Comp = TypeVar("_Comp", cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
-RANGE_LIKE = {"range", "trange", "count", "repeat"}
+RANGE_LIKE = {"range", "xrange", "trange", "count", "repeat"}  # xrange: six.moves
 KEEP_OUTSIDE = {"enumerate", "tqdm"}
 
 
@@ -98,8 +98,35 @@ def _wrap(iterable: cst.BaseExpression, method: str = "batches") -> cst.BaseExpr
         first = iterable.args[0]
         if first.star == "":
             inner = first.with_changes(value=_wrap(first.value, method))
-            return iterable.with_changes(args=[inner, *iterable.args[1:]])
+            rest = list(iterable.args[1:])
+            if method == "batches" and _callee(iterable) == "enumerate":
+                rest = _resumed_start(rest)
+            return iterable.with_changes(args=[inner, *rest])
     return _session_call(method, [cst.Arg(iterable)])
+
+
+def _resumed_start(args: list[cst.Arg]) -> list[cst.Arg]:
+    """enumerate()'s `start` through `__trainmate__.resumed_start(...)`: a run resumed in the
+    middle of an epoch skips the batches done, and the index goes on from where it was (a
+    warm-up by batch index, `if (i + 1) % k == 0: opt.step()`) instead of starting at 0 again."""
+    for i, arg in enumerate(args):
+        if arg.star:
+            return args  # enumerate(x, *rest): left alone
+        if arg.keyword is None or arg.keyword.value == "start":
+            args[i] = arg.with_changes(value=_session_call("resumed_start", [cst.Arg(arg.value)]))
+            return args
+    start = _session_call("resumed_start", [cst.Arg(cst.Integer("0"))])
+    return [
+        *args,
+        cst.Arg(
+            start,
+            keyword=cst.Name("start"),
+            equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""),
+                whitespace_after=cst.SimpleWhitespace(""),
+            ),
+        ),
+    ]
 
 
 class BatchLoopTransformer(cst.CSTTransformer):
@@ -131,15 +158,21 @@ class BatchLoopTransformer(cst.CSTTransformer):
         self._frames = self._saved.pop()
         return updated_node
 
-    def _counter(self, iterable: cst.BaseExpression) -> bool:
-        return is_range_like(iterable) or over_models(iterable, self._model_lists)
+    def _counter(self, loop: cst.For) -> bool:
+        """A loop over a counter, over the notebook's models, or one whose passes only call
+        functions that iterate batches themselves: its passes are not batches."""
+        return (
+            is_range_like(loop.iter)
+            or over_models(loop.iter, self._model_lists)
+            or loop in self.facts.through_loops
+        )
 
     def _enter_loop(self, node: cst.CSTNode) -> None:
         candidate = (
             isinstance(node, cst.For)
             and node in self.facts.training_loops
             and node.asynchronous is None
-            and not self._counter(node.iter)
+            and not self._counter(node)
         )
         self._frames.append({"wrapped_inside": False, "batch_candidate": candidate})
         if node in self.facts.training_loops:
@@ -173,7 +206,7 @@ class BatchLoopTransformer(cst.CSTTransformer):
         elif original_node in self.facts.training_loops and not wrapped:
             if original_node.asynchronous is not None:
                 self.context.left_alone(line, f"async loop over {code}", "async iteration")
-            elif self._counter(original_node.iter):
+            elif self._counter(original_node):
                 if any(f["batch_candidate"] for f in self._frames):
                     self.context.left_alone(
                         line, f"loop over {code}", "inside the batch loop: the batch is the step"

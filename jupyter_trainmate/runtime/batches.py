@@ -141,6 +141,9 @@ class Batches:
         self._in_epoch = False
         self._tuners: dict[int, LoaderTuner | None] = {}
         self._next_left = 0  # next() fetches before the next timed one
+        # the last next() fetch: the signals seen when it came and its samples (taken back at
+        # the next fetch, or at the count, when no signal came after it: a validation batch)
+        self._next_held: tuple[int, int] | None = None
         self.signals = Signals()
         self._in_batch = 0  # batch loop bodies in progress: a counter loop inside one is no step
         self._loops: list[_CounterLoop] = []  # counter loops in progress, innermost last
@@ -175,28 +178,51 @@ class Batches:
             return itertools.islice(iterable, done, None)
         return iterable
 
+    def resumed_start(self, start: int) -> int:
+        """enumerate()'s start for the batch loop about to begin: on in the resumed epoch."""
+        return start + self._checkpoints.pending_position()
+
     def next_batch(self, iterator: Iterator[Any], *default: Any) -> Any:
-        """`next(iterator)` in a hand-written loop, timed as a step."""
+        """`next(iterator)` in a hand-written loop, timed as a step (inside a batch loop's body,
+        where that loop's batch is the step, a plain `next()`: a second loader's paired batch)."""
+        if self._in_batch:
+            return next(iterator, *default)
         self._inner_loop_started(epochs=False)
+        self._settle_next()
         timer = self._timer
         left = self._next_left  # untimed fetches before the next timed one (see `timing`)
         if left:
             self._next_left = left - 1
             batch = next(iterator, *default)
+            samples = leading_size(batch)
             totals = timer.totals
             totals.steps += 1
-            totals.samples += leading_size(batch)
+            totals.samples += samples
         else:
             self._next_left = timer.before_fetch() - 1
             batch = next(iterator, *default)
-            timer.after_fetch(leading_size(batch))
+            samples = leading_size(batch)
+            timer.after_fetch(samples)
+        self._next_held = (self.signals.count, samples)
         self._samples_counted = self._samples_guessed = True
         return batch
+
+    def _settle_next(self) -> None:
+        """The last next() fetch is a step only if a signal came after it (a batch loop asks
+        the same of each batch; a validation `next(iter(val_loader))` brings none)."""
+        held = self._next_held
+        if held is not None:
+            self._next_held = None
+            if self.signals.count == held[0]:
+                self._timer.uncount(held[1])
+                self._uncounted[0] += 1
+                self._uncounted[1] += held[1]
 
     def counted(self) -> tuple[int, int, int]:
         """Steps, samples and epochs for the summary. When no signal came at all (the training
         calls ran where the session could not see them), the batches taken back count again:
         there is nothing to tell training from validation by."""
+        self._settle_next()
         totals = self._timer.totals
         steps, samples, epochs = totals.steps, totals.samples, self.epochs_seen
         if not self.signals.count:
@@ -381,10 +407,17 @@ class Batches:
             self._guards.epoch_ended()
         finally:
             retry.restore(point)
-            if holding:  # left from inside the body (break, an exception): did the batch train?
+            if holding:  # left from inside the body (break, return, an exception)
                 self._in_batch -= 1
                 if signals.count != mark:
                     trained = True
+                else:  # left before the batch trained (a finder's `return` as the loss explodes)
+                    uncount(samples)
+                    self._uncounted[0] += 1
+                    self._uncounted[1] += samples
+                    self._checkpoints.taken_back = True
+                    if shown is not None:
+                        self.steps_per_epoch, self._epoch_first_step, self._in_epoch = shown
             if trained:
                 self.epochs_seen += 1
                 self._in_epoch = False
@@ -442,6 +475,8 @@ class Batches:
         totals = timer.totals
         first_step = totals.steps
         left = 0  # passes before the next timed one (see `timing`)
+        provisional = holding = False
+        mark = signals.count
         try:
             for item in iterable:
                 frame.inner = False
@@ -455,7 +490,9 @@ class Batches:
                         left = timer.before_fetch() - 1
                         timer.after_fetch(0)
                 mark = signals.count
+                holding = True
                 yield item
+                holding = False
                 if provisional:
                     if frame.inner or signals.count == mark:
                         timer.uncount(0)
@@ -466,6 +503,12 @@ class Batches:
                             self._epoch_first_step = first_step
                             self._in_epoch = True
         finally:
+            if holding and provisional:  # left from inside a pass (break, return, an exception)
+                if frame.inner or signals.count == mark:
+                    timer.uncount(0)
+                    self._checkpoints.taken_back = True
+                else:
+                    frame.steps += 1
             self._loops.remove(frame)
             if frame.steps and parent is not None:
                 self.epochs_seen += 1  # a pass of steps that the loop around it repeats

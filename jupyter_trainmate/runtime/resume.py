@@ -23,6 +23,7 @@ import torch
 
 from ..errors import TrainmateError
 from .accumulation import Accumulation
+from .buffers import StepBuffers
 from .checkpoint import (
     FORMAT,
     VERSION,
@@ -55,9 +56,14 @@ class Checkpoints:
         self.directory = Path(options.checkpoint) if options.checkpoint else None
         self.last: Path | None = None  # the newest checkpoint handed to the writer
         self.writes = True  # False in the workers of `--procs` but rank 0: they save nothing
-        # Whether the weights changed since the batch in progress arrived (set by the session on
-        # every real optimizer step, and on backward() inside an accumulation window).
-        self.updated = False
+        # Whether the weights changed since the batch in progress arrived: the optimizer steps
+        # since (the session adds one on every real optimizer step; a backward() inside an
+        # accumulation window sets at least 1), and the most a finished batch or pass made
+        self.updated = 0
+        self._most_updates = 0
+        # The step in progress was taken back out of the counts already (its loop was left,
+        # by the exception, before it trained): a checkpoint's `undone` does not take it again
+        self.taken_back = False
         self._options = options
         self._namespace = namespace
         self._accumulation = accumulation
@@ -75,6 +81,7 @@ class Checkpoints:
         self._epoch_rng: dict[str, Any] | None = None  # the RNG before the epoch drew its order
         self._epoch_list: list[Any] | None = None  # a list iterated, in its order then
         self._rng_after_fetch: torch.Tensor | None = None
+        self._buffers: StepBuffers | None = None  # the models' small buffers as the step began
         self._in_body = False  # between a batch's arrival and the request for the next
         # The loops over a counter in progress whose passes are checkpointed (`step_passes`),
         # outermost first
@@ -108,13 +115,17 @@ class Checkpoints:
         undone: int = 0,
         loop: _Passes | None = None,
         epoch_end: bool = False,
+        buffers: StepBuffers | None = None,
     ) -> Path:
         """Hand a checkpoint of the notebook's training objects to the writer (batch boundary).
         `rng`: the generators to record instead of their state now; `torch_rng`: the torch one.
         `passes`: the step loop's passes done (a checkpoint of a loop over a counter); `undone`:
         steps counted that the checkpoint does not hold (the pass in progress, taken back);
-        `loop`: the step loop of a checkpoint of passes; `epoch_end`: its epoch is done."""
+        `loop`: the step loop of a checkpoint of passes; `epoch_end`: its epoch is done;
+        `buffers`: the models' buffers as the step taken back began."""
         assert self.directory is not None
+        if undone and self.taken_back:
+            undone -= 1
         steps = self._steps_before + self._steps() - undone
         name = checkpoint_name(steps, epoch, position) if passes is None else f"step-{steps:08d}.pt"
         if not self.writes:
@@ -129,6 +140,8 @@ class Checkpoints:
             kind: {n: snapshot_state(o.state_dict()) for n, o in found.items()}
             for kind, found in objects.items()
         }
+        if buffers is not None:
+            buffers.put_into(states)
         accumulation = self._accumulation
         if accumulation.mid_window:
             # The gradients summed so far are part of the state (the batches that produced them
@@ -177,13 +190,20 @@ class Checkpoints:
         every, steps = self._options.every, self._steps
         self._done, self._epoch = done, epoch
         fetched = False
+        self._buffers = buffers = StepBuffers(self._namespace)
+        take = buffers.take if buffers else None
         for batch in batches:
             fetched = True
             self._rng_after_fetch = torch.get_rng_state()
-            self.updated = False
+            if take is not None:
+                take()
+            self.updated = 0
+            self.taken_back = False
             self._in_body = True
             yield batch
             self._in_body = False
+            if self.updated > self._most_updates:
+                self._most_updates = self.updated
             self._done += 1
             if every and steps() % every == 0:
                 self.save(self._done, epoch)
@@ -228,6 +248,8 @@ class Checkpoints:
                 set_rng_state(resume["outer_pass_rng"])  # the resumed epoch begins as it began
         start = loop.passes
         every, steps = self._options.every, self._steps
+        buffers = StepBuffers(self._namespace)
+        loop.buffers = buffers if buffers else None
         self._pass_loops.append(loop)
         # (`loop.in_pass` stays set when the pass is left by an exception: `after_error` reads it)
         try:
@@ -238,10 +260,15 @@ class Checkpoints:
                 if step:
                     if self.carried and not nested:
                         loop.carried = self._carried_now()
-                    self.updated = False
+                    self.updated = 0
+                    self.taken_back = False
                     loop.in_pass = True
+                    if loop.buffers is not None:
+                        loop.buffers.take()
                 yield item
                 loop.in_pass = False
+                if self.updated > self._most_updates:
+                    self._most_updates = self.updated
                 if step and steps_only():
                     loop.passes += 1
                     if every and steps() % every == 0:
@@ -288,11 +315,18 @@ class Checkpoints:
             else:  # back to the moment it began
                 passes = loop.passes
                 path = self.save(
-                    0, epoch, rng=loop.rng, passes=passes, carried=loop.carried, undone=1, loop=loop
+                    0,
+                    epoch,
+                    rng=loop.rng,
+                    passes=passes,
+                    carried=loop.carried,
+                    undone=1,
+                    loop=loop,
+                    buffers=loop.buffers,
                 )
             self._report(
                 f"{what} after {passes} passes of the training loop: checkpoint {path}; "
-                "continue with %%train --resume"
+                "continue with %%train --resume" + self._partial()
             )
             self._writer.wait()
             return
@@ -313,16 +347,32 @@ class Checkpoints:
             # The epoch's first batch had not: a resume starts this epoch afresh, and its
             # iter() draws the order again, so the generators go back to before that draw (not
             # to after the first fetch, which would draw another order)
-            path = self.save(0, epoch, rng=self._epoch_rng, undone=1)
+            path = self.save(0, epoch, rng=self._epoch_rng, undone=1, buffers=self._buffers)
         elif self._in_body:  # it had not: back to the moment its batch arrived
-            path = self.save(done, epoch, torch_rng=self._rng_after_fetch, undone=1)
+            path = self.save(
+                done, epoch, torch_rng=self._rng_after_fetch, undone=1, buffers=self._buffers
+            )
         else:
             path = self.save(done, epoch)
         self._report(
             f"{what} in epoch {epoch + 1} after {done} batches: checkpoint {path}; "
-            "continue with %%train --resume"
+            "continue with %%train --resume" + (self._partial() if self._in_body else "")
         )
         self._writer.wait()
+
+    def _partial(self) -> str:
+        """What the report adds when the step in progress had made some of its optimizer steps
+        but fewer than a step has made before (a GAN's discriminator stepped, its generator not
+        yet): the checkpoint counts the step as done, so the steps it had still to make are not
+        made after --resume."""
+        made, most = self.updated, self._most_updates
+        if 0 < made < most:
+            return (
+                f" (that step had made {made} of the up to {most} optimizer steps a step has "
+                "made: any it had still to make are not made after --resume, and the results "
+                "can differ from a run never interrupted)"
+            )
+        return ""
 
     def wait(self) -> None:
         """Return when every checkpoint handed over is on disk (raises for a failed write)."""
@@ -474,6 +524,11 @@ class Checkpoints:
         done, self._epochs_to_skip = self._epochs_to_skip, 0
         return done
 
+    def pending_position(self) -> int:
+        """The batches done in the epoch the next batch loop resumes (0: none to skip)."""
+        resume = self._resume
+        return int(resume.get("position") or 0) if resume is not None else 0
+
     @property
     def resuming(self) -> bool:
         """Whether the next batch loop continues the checkpoint's epoch."""
@@ -526,7 +581,9 @@ class Checkpoints:
 class _Passes:
     """A loop over a counter whose passes `Checkpoints.step_passes` checkpoints."""
 
-    __slots__ = ("at_epoch", "carried", "epoch", "in_pass", "nested", "outer", "passes", "rng")
+    __slots__ = (
+        "at_epoch", "buffers", "carried", "epoch", "in_pass", "nested", "outer", "passes", "rng",
+    )  # fmt: skip
 
     def __init__(self, nested: bool, epoch: Callable[[], int], outer: _Passes | None) -> None:
         self.nested = nested
@@ -537,6 +594,7 @@ class _Passes:
         self.rng: dict[str, Any] | None = None  # the generators as the current pass began
         self.carried: dict[str, Any] | None = None  # the carried variables then
         self.at_epoch = 0  # `epoch()` then (an interrupted epoch counts as seen once it closes)
+        self.buffers: StepBuffers | None = None  # the models' small buffers then
 
 
 _CANNOT = object()

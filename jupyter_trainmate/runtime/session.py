@@ -128,6 +128,7 @@ class TrainSession:
         self.epochs = self._batches.epochs  # the calls the rewrite emits, bound once
         self.next_batch = self._batches.next_batch
         self.loop = self._batches.counter_loop
+        self.resumed_start = self._batches.resumed_start
         self._signals = self._batches.signals  # backward() calls and optimizer steps, counted
         self._backwards = 0
         self._last_loss: Any = None
@@ -355,7 +356,8 @@ class TrainSession:
         accumulation = self.accumulation
         if accumulation.every > 1:
             loss = loss / accumulation.every
-            self.checkpoints.updated = True  # its gradients are summed in: an interrupt counts it
+            checkpoints = self.checkpoints  # its gradients are summed in: an interrupt counts it
+            checkpoints.updated = checkpoints.updated or 1
         micro = self.oom_guard
         if micro.count > 1:  # a micro-batch after out-of-memory (see `oom`)
             loss = loss * micro.weight  # its share of the batch: the mean over the whole batch
@@ -445,7 +447,7 @@ class TrainSession:
         def on_optimizer_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
             counts[id(optimizer)] += 1
             signals.count += 1
-            checkpoints.updated = True
+            checkpoints.updated += 1
 
         return on_optimizer_step
 

@@ -1,0 +1,241 @@
+"""Loop shapes from the third wave of public training notebooks (benchmarks/loops_corpus3.toml)
+that showed a failure class: each test is the notebook's shape, tiny, trained for real on the CPU
+against the plain run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from jupyter_trainmate import last_run
+
+from .train_harness import COMMON, assert_parity, fresh_shell, run, weights
+
+
+def interrupted_then_resumed(setup: str, cell: str, folder: Path) -> tuple[str, list[str]]:
+    """`cell` under `%%train --checkpoint FOLDER`, stopped by a Ctrl-C the cell raises when STOP
+    is reached, then run with `--resume`; the interrupted run's report and the weights (and
+    tensors named `*_t`) that differ from the run never interrupted."""
+    expected = weights(run([setup + "STOP = -1\n", cell], None))
+    ip = fresh_shell()
+    ip.run_cell(setup).raise_error()
+    line = f"--checkpoint {folder} --display off"
+    ip.run_cell(f"%%train {line}\n{cell}")
+    interrupted = last_run()
+    assert interrupted is not None
+    assert interrupted.outcome == "interrupted"
+    ip.user_ns["STOP"] = -1
+    ip.run_cell(f"%%train {line} --resume\n{cell}").raise_error()
+    got = weights(ip)
+    return " ".join(interrupted.events), [
+        k for k in expected if not torch.equal(expected[k], got[k])
+    ]
+
+
+LR_FINDER = """
+def find_lr(stop_at):
+    for i, (xb, yb) in enumerate(loader):
+        loss = loss_fn(model(xb), yb)
+        if i == stop_at:  # "the loss exploded": the finder returns before backward()
+            return
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "find_lr(3)",
+        "for i in range(8):\n"
+        "    loss = loss_fn(model(x[:32]), y[:32])\n"
+        "    if i == 3:\n"
+        "        break\n"
+        "    opt.zero_grad(); loss.backward(); opt.step()",
+    ],
+    ids=["batch-loop-left-by-return", "counter-loop-left-by-break"],
+)
+def test_a_loop_left_before_its_batch_trained_does_not_count_that_batch(cell: str) -> None:
+    """sgugger's learning-rate finder returns from its batch loop when the loss explodes, after
+    the forward and before backward(): that batch was counted as a step, with its samples."""
+    summary, _ = assert_parity([COMMON, LR_FINDER, cell])
+    assert (summary.steps, summary.optimizer_steps) == (3, 3)
+    assert summary.samples in (96, 0)  # the batch loop counts 3 x 32; the range loop none
+
+
+def test_a_loop_over_widths_calling_a_function_that_iterates_batches_is_no_batch_loop() -> None:
+    """greydanus/mnist1d deep double descent: `for w in widths: fit(make(w))`, where fit() has
+    the epoch and batch loops. The loop over a NumPy array was taken for a batch loop: each width
+    counted as one more step, the pass as one more epoch (progress "epoch 3 of 2")."""
+    setup = """
+import numpy as np
+def fit(net, epochs=2):
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for epoch in range(epochs):
+        for xb, yb in loader:
+            opt.zero_grad()
+            loss_fn(net(xb), yb).backward()
+            opt.step()
+widths = np.array([4, 6])
+nets = []
+"""
+    cell = """
+for w in widths:
+    net = nn.Sequential(nn.Linear(8, int(w)), nn.ReLU(), nn.Linear(int(w), 2))
+    fit(net)
+    nets.append(net)
+"""
+    summary, ip = assert_parity([COMMON, setup, cell])
+    assert (summary.steps, summary.epochs, summary.samples) == (32, 4, 1024)
+    assert any("loop over widths (each pass that trains" in n for n in summary.instrumented)
+    plain = run([COMMON, setup, cell], None)
+    for ours, theirs in zip(ip.user_ns["nets"], plain.user_ns["nets"], strict=True):
+        assert all(
+            torch.equal(a, b) for a, b in zip(ours.parameters(), theirs.parameters(), strict=True)
+        )
+
+
+def test_xrange_is_a_counter_and_a_paired_next_inside_a_batch_loop_is_not_a_step() -> None:
+    """zalando's VQ-VAE (`for i in xrange(n): next(iter(loader))`: each pass counted twice) and
+    a second loader's batch drawn with next() inside a batch loop (counted as a second step)."""
+    setup = "xrange = range\nSTOP = -1\n"
+    summary, _ = assert_parity(
+        [COMMON, setup, "for i in xrange(6):\n    xb, yb = next(iter(loader))\n"
+         "    opt.zero_grad(); loss_fn(model(xb), yb).backward(); opt.step()"]
+    )  # fmt: skip
+    assert (summary.steps, summary.epochs) == (6, 0)
+    paired = """
+for epoch in range(2):
+    other = iter(loader)
+    for xb, yb in loader:
+        xo, yo = next(other)
+        opt.zero_grad()
+        (loss_fn(model(xb), yb) + loss_fn(model(xo), yo)).backward()
+        opt.step()
+"""
+    summary, _ = assert_parity([COMMON, setup, paired])
+    assert (summary.steps, summary.epochs, summary.samples) == (16, 2, 512)
+
+
+BATCHNORM = """
+model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+k = 0
+"""
+
+
+BN_BATCH_LOOP = """
+for epoch in range(2):
+    for xb, yb in loader:
+        k += 1
+        loss = loss_fn(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        if k == STOP:
+            raise KeyboardInterrupt
+        opt.step()
+"""
+BN_COUNTER_LOOP = """
+for step in range(12):
+    k += 1
+    loss = loss_fn(model(x[:32]), y[:32])
+    opt.zero_grad()
+    loss.backward()
+    if k == STOP:
+        raise KeyboardInterrupt
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "cell", [BN_BATCH_LOOP, BN_COUNTER_LOOP], ids=["batch-loop", "counter-loop"]
+)
+def test_a_resumed_step_counts_in_batchnorm_statistics_once(cell: str, tmp_path: Path) -> None:
+    """krishanwalia's house prices and josiahdavis' tabular net: a Ctrl-C between a batch's
+    forward and its optimizer step. The checkpoint took the step back but kept BatchNorm's
+    running statistics with that forward in them, and the resumed run counted it again
+    (`num_batches_tracked` one more than the plain run's)."""
+    report, differing = interrupted_then_resumed(COMMON + BATCHNORM + "STOP = 6\n", cell, tmp_path)
+    assert "checkpoint" in report
+    assert differing == []
+
+
+def test_enumerate_goes_on_from_where_the_resumed_epoch_was() -> None:
+    """Jackson-Kang's VAE (`batch_idx` in its print) and any warm-up by batch index: after a
+    mid-epoch resume enumerate() started at 0 again, so the index was off by the batches done."""
+    folder = Path("ckpt")
+    setup = COMMON + "k = 0\nSTOP = 3\n"
+    cell = """
+for i, (xb, yb) in enumerate(loader):
+    k += 1
+    for group in opt.param_groups:
+        group["lr"] = 0.01 * (i + 1)  # warm-up by the batch index
+    opt.zero_grad()
+    loss_fn(model(xb), yb).backward()
+    if k == STOP:
+        raise KeyboardInterrupt
+    opt.step()
+last_i = torch.tensor(i)
+"""
+    _, differing = interrupted_then_resumed(setup, cell, folder)
+    assert differing == []
+
+
+GAN = """
+G = nn.Linear(4, 8)
+D = nn.Sequential(nn.Linear(8, 1))
+opt_g = torch.optim.SGD(G.parameters(), lr=0.05)
+opt_d = torch.optim.SGD(D.parameters(), lr=0.05)
+k = 0
+STOP = 3
+"""
+GAN_LOOP = """
+for xb, _ in loader:
+    k += 1
+    opt_d.zero_grad()
+    (D(G(torch.randn(32, 4)).detach()).mean() - D(xb).mean()).backward()
+    opt_d.step()
+    opt_g.zero_grad()
+    (-D(G(torch.randn(32, 4))).mean()).backward()
+    if k == STOP:
+        raise KeyboardInterrupt  # after D's step, before G's
+    opt_g.step()
+"""
+
+
+def test_a_ctrl_c_between_a_gans_two_steps_says_the_resume_can_differ(tmp_path: Path) -> None:
+    """lyeoni's GAN and Yangyangii's WGAN-GP: the discriminator stepped, the generator not yet.
+    The checkpoint counts that batch as done (its weights changed), so the generator's update
+    from it is never made and the resumed run differs; the interrupted run now says so."""
+    report, differing = interrupted_then_resumed(COMMON + GAN, GAN_LOOP, tmp_path)
+    assert "that step had made 1 of the up to 2 optimizer steps" in report
+    assert differing  # what the report warns of
+
+
+def test_a_loop_that_takes_its_gradients_with_autograd_grad_is_a_training_loop(
+    tmp_path: Path,
+) -> None:
+    """vmikulik's MAML: `torch.autograd.grad(...)`, the gradients set on `.grad` by hand, then
+    `meta_opt.step()`; no backward(). The loop was not seen as training: no progress, and a
+    Ctrl-C wrote no checkpoint. Its passes are now the steps, checkpointed and resumed."""
+    setup = COMMON + "params = list(model.parameters())\nk = 0\nSTOP = 5\n"
+    cell = """
+for it in range(10):
+    k += 1
+    loss = loss_fn(model(x[:32]), y[:32])
+    grads = torch.autograd.grad(loss, params)
+    for p, g in zip(params, grads):
+        p.grad = g
+    if k == STOP:
+        raise KeyboardInterrupt
+    opt.step()
+"""
+    summary, _ = assert_parity([setup.replace("STOP = 5", "STOP = -1"), cell])
+    assert summary.steps == 10
+    assert any("loop over range(10)" in note for note in summary.instrumented)
+    report, differing = interrupted_then_resumed(setup, cell, tmp_path)
+    assert "after 4 passes of the training loop" in report
+    assert differing == []
