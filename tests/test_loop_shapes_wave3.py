@@ -239,3 +239,24 @@ for it in range(10):
     report, differing = interrupted_then_resumed(setup, cell, tmp_path)
     assert "after 4 passes of the training loop" in report
     assert differing == []
+
+
+def test_a_name_moved_to_another_model_keeps_that_models_buffers() -> None:
+    """morvan's batch-norm notebook: `for net, opt in zip(nets, opts)` moves `net` from model to
+    model inside a step. The buffers copied as the step began belong to the model `net` named
+    then; written into the checkpoint under `net` now, they would be another model's."""
+    from jupyter_trainmate.runtime.buffers import StepBuffers
+
+    nets = [torch.nn.BatchNorm1d(3), torch.nn.BatchNorm1d(3)]
+    namespace: dict[str, object] = {"net": nets[1]}
+    buffers = StepBuffers(namespace)
+    buffers.take()
+    nets[0](torch.randn(4, 3))  # the step trains nets[0] ...
+    namespace["net"] = nets[0]  # ... under the name `net`
+    states = {"models": {"net": {k: v.clone() for k, v in nets[0].state_dict().items()}}}
+    buffers.put_into(states, {"net": nets[0]})
+    assert int(states["models"]["net"]["num_batches_tracked"]) == 1  # left as nets[0] has it
+    nets[1](torch.randn(4, 3))
+    states = {"models": {"net": {k: v.clone() for k, v in nets[1].state_dict().items()}}}
+    buffers.put_into(states, {"net": nets[1]})
+    assert int(states["models"]["net"]["num_batches_tracked"]) == 0  # as the step began

@@ -29,13 +29,14 @@ class StepBuffers:
     values as the last step began (`take`). A buffer is read from its module at each `take`: a
     forward that assigns a new tensor to it (an EMA codebook) is followed."""
 
-    __slots__ = ("_copies", "_keys", "_owners")
+    __slots__ = ("_copies", "_keys", "_models", "_owners")
 
     def __init__(self, namespace: Mapping[str, object]) -> None:
         keys: list[tuple[str, str]] = []  # (model name, state_dict key)
         owners: list[tuple[dict[str, torch.Tensor | None], str]] = []  # (module._buffers, name)
         copies: list[torch.Tensor] = []
-        for model_name, model in trainable_objects(namespace)["models"].items():
+        self._models = trainable_objects(namespace)["models"]
+        for model_name, model in self._models.items():
             for prefix, module in model.named_modules():
                 for name, buffer in module.named_buffers(recurse=False):
                     if (
@@ -66,10 +67,18 @@ class StepBuffers:
             except (RuntimeError, TypeError):  # replaced by one of another shape, or removed
                 self._copies = [None if b is None else b.detach().clone() for b in now]
 
-    def put_into(self, states: dict[str, Any]) -> None:
-        """Replace, in a checkpoint's model states, each buffer by its value as the step began."""
-        models = states.get("models", {})
+    def put_into(self, states: dict[str, Any], models: Mapping[str, object]) -> None:
+        """Replace, in a checkpoint's model states, each buffer by its value as the step began.
+        `models`: the models the states are of, by name; a name that now holds another model
+        (`for net, opt in zip(nets, opts)` moves `net` along) keeps its model's buffers as they
+        are."""
+        found = states.get("models", {})
         for (model_name, key), copy in zip(self._keys, self._copies, strict=True):
-            state = models.get(model_name)
-            if state is not None and key in state and copy is not None:
+            state = found.get(model_name)
+            if (
+                state is not None
+                and key in state
+                and copy is not None
+                and models.get(model_name) is self._models.get(model_name)
+            ):
                 state[key] = snapshot_state(copy)

@@ -141,7 +141,7 @@ class Checkpoints:
             for kind, found in objects.items()
         }
         if buffers is not None:
-            buffers.put_into(states)
+            buffers.put_into(states, objects["models"])
         accumulation = self._accumulation
         if accumulation.mid_window:
             # The gradients summed so far are part of the state (the batches that produced them
