@@ -208,8 +208,9 @@ class TrainSession:
                 # by `made_anew`), and the run would go on from a fresh start without a word
                 raise TrainmateError(
                     "--resume: the cell steps an optimizer the checkpoint does not hold (a "
-                    "function it calls makes it anew, as a local variable); make the model and "
-                    "optimizer in a cell to resume"
+                    "function it calls makes it anew as a local variable, or another object "
+                    "holds it as an attribute: a checkpoint holds the notebook's own "
+                    "variables); make the model and optimizer notebook variables to resume"
                 )
 
         handle = register_optimizer_step_pre_hook(first_step)
