@@ -260,3 +260,65 @@ def test_a_name_moved_to_another_model_keeps_that_models_buffers() -> None:
     states = {"models": {"net": {k: v.clone() for k, v in nets[1].state_dict().items()}}}
     buffers.put_into(states, {"net": nets[1]})
     assert int(states["models"]["net"]["num_batches_tracked"]) == 0  # as the step began
+
+
+def test_a_step_loop_drawing_with_next_names_its_checkpoint_by_the_steps_done(
+    tmp_path: Path,
+) -> None:
+    """zalando's VQ-VAE: `for i in xrange(n): next(iter(loader))`, a Ctrl-C in the fifth pass.
+    The checkpoint was named step-00000005 after 4 passes: the pass's fetch was still counted."""
+    cell = """
+for i in range(10):
+    k += 1
+    xb, yb = next(iter(loader))
+    opt.zero_grad()
+    loss_fn(model(xb), yb).backward()
+    if k == STOP:
+        raise KeyboardInterrupt
+    opt.step()
+"""
+    report, differing = interrupted_then_resumed(COMMON + "k = 0\nSTOP = 5\n", cell, tmp_path)
+    assert "after 4 passes of the training loop" in report
+    assert "step-00000004.pt" in report
+    assert differing == []
+
+
+def test_a_resume_inside_a_functions_batch_loop_names_the_locals_that_start_over(
+    tmp_path: Path,
+) -> None:
+    """sgugger's learning-rate finder: find_lr() raises the learning rate batch by batch in a
+    local variable. Resumed in the middle of its epoch, the function starts again with its first
+    `lr`: other weights, and nothing said. No checkpoint holds a function's locals; the resumed
+    run now names those its batches carry."""
+    setup = COMMON + "k = 0\nSTOP = 4\n"
+    cell = """
+def find_lr(start=1e-3, factor=1.5):
+    lr, seen = start, 0
+    for xb, yb in loader:
+        global k
+        k += 1
+        seen += 1
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        if k == STOP:
+            raise KeyboardInterrupt
+        opt.step()
+        lr *= factor
+find_lr()
+"""
+    expected = weights(run([setup.replace("STOP = 4", "STOP = -1"), cell], None))
+    ip = fresh_shell()
+    ip.run_cell(setup).raise_error()
+    line = f"--checkpoint {tmp_path} --display off"
+    ip.run_cell(f"%%train {line}\n{cell}")
+    ip.user_ns["STOP"] = -1
+    ip.run_cell(f"%%train {line} --resume\n{cell}").raise_error()
+    resumed = last_run()
+    assert resumed is not None
+    said = [e for e in resumed.events if "find_lr's own variables" in e]
+    assert said, resumed.events
+    assert "lr, seen carry from batch to batch" in said[0]
+    got = weights(ip)
+    assert any(not torch.equal(expected[k], got[k]) for k in expected)  # as the message says

@@ -19,6 +19,7 @@ called function). Every change is inline: line numbers do not move.
 from __future__ import annotations
 
 import ast
+import textwrap
 from typing import TypeVar
 
 import libcst as cst
@@ -93,16 +94,49 @@ def _session_call(method: str, args: list[cst.Arg]) -> cst.Call:
     return cst.Call(func=cst.Attribute(value=cst.Name(SESSION), attr=cst.Name(method)), args=args)
 
 
-def _wrap(iterable: cst.BaseExpression, method: str = "batches") -> cst.BaseExpression:
+def _wrap(
+    iterable: cst.BaseExpression, method: str = "batches", extra: tuple[cst.Arg, ...] = ()
+) -> cst.BaseExpression:
     if _callee(iterable) in KEEP_OUTSIDE and isinstance(iterable, cst.Call) and iterable.args:
         first = iterable.args[0]
         if first.star == "":
-            inner = first.with_changes(value=_wrap(first.value, method))
+            inner = first.with_changes(value=_wrap(first.value, method, extra))
             rest = list(iterable.args[1:])
             if method == "batches" and _callee(iterable) == "enumerate":
                 rest = _resumed_start(rest)
             return iterable.with_changes(args=[inner, *rest])
-    return _session_call(method, [cst.Arg(iterable)])
+    return _session_call(method, [cst.Arg(iterable), *extra])
+
+
+def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    equal = cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+    )
+    return cst.Arg(value, keyword=cst.Name(name), equal=equal)
+
+
+def _carries(function: str | None, loop: cst.For) -> tuple[cst.Arg, ...]:
+    """For a batch loop in a function: the local variables its batches carry from one to the
+    next (`avg_loss = beta * avg_loss + ...`, `lr *= mult`), as `within=` and `carries=`
+    arguments. No checkpoint holds a function's locals: a run resumed in the middle of that
+    loop's epoch says they start over (`Batches.epoch`)."""
+    if function is None:
+        return ()
+    try:
+        tree = ast.parse(textwrap.dedent(cst.Module([]).code_for_node(loop)))
+    except SyntaxError:
+        return ()
+    statement = tree.body[0] if tree.body else None
+    if not isinstance(statement, ast.For):
+        return ()
+    names = _carried_by(statement)
+    if not names:
+        return ()
+    listed = cst.Tuple([cst.Element(cst.SimpleString(repr(name))) for name in names])
+    return (
+        _keyword("within", cst.SimpleString(repr(function))),
+        _keyword("carries", listed),
+    )
 
 
 def _resumed_start(args: list[cst.Arg]) -> list[cst.Arg]:
@@ -116,17 +150,7 @@ def _resumed_start(args: list[cst.Arg]) -> list[cst.Arg]:
             args[i] = arg.with_changes(value=_session_call("resumed_start", [cst.Arg(arg.value)]))
             return args
     start = _session_call("resumed_start", [cst.Arg(cst.Integer("0"))])
-    return [
-        *args,
-        cst.Arg(
-            start,
-            keyword=cst.Name("start"),
-            equal=cst.AssignEqual(
-                whitespace_before=cst.SimpleWhitespace(""),
-                whitespace_after=cst.SimpleWhitespace(""),
-            ),
-        ),
-    ]
+    return [*args, _keyword("start", start)]
 
 
 class BatchLoopTransformer(cst.CSTTransformer):
@@ -144,6 +168,7 @@ class BatchLoopTransformer(cst.CSTTransformer):
         self._frames: list[dict[str, bool]] = []
         self._saved: list[list[dict[str, bool]]] = []
         self._training_depth = 0
+        self._functions: list[str] = []  # the functions defined in this code being visited
 
     def _line(self, node: cst.CSTNode) -> int:
         return int(self.get_metadata(cst.metadata.PositionProvider, node).start.line)
@@ -151,12 +176,22 @@ class BatchLoopTransformer(cst.CSTTransformer):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._saved.append(self._frames)
         self._frames = []
+        self._functions.append(node.name.value)
 
     def leave_FunctionDef(
         self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
     ) -> cst.FunctionDef:
         self._frames = self._saved.pop()
+        self._functions.pop()
         return updated_node
+
+    def _function(self) -> str | None:
+        """The function the code being rewritten is in: one defined in this code, else the
+        notebook function or method being rewritten; None at a cell's top level."""
+        if self._functions:
+            return self._functions[-1]
+        origin = self.context.origin
+        return None if origin == "cell" else origin.split(" ", 1)[-1]
 
     def _counter(self, loop: cst.For) -> bool:
         """A loop over a counter, over the notebook's models, or one whose passes only call
@@ -230,7 +265,10 @@ class BatchLoopTransformer(cst.CSTTransformer):
                 self.context.batch_sources.append(
                     cst.Module([]).code_for_node(_innermost(original_node.iter))
                 )
-                updated_node = updated_node.with_changes(iter=_wrap(updated_node.iter))
+                carries = _carries(self._function(), original_node)
+                updated_node = updated_node.with_changes(
+                    iter=_wrap(updated_node.iter, "batches", carries)
+                )
                 wrapped = True
         if wrapped and self._frames:
             self._frames[-1]["wrapped_inside"] = True
@@ -375,10 +413,15 @@ def carried_names(source: str) -> tuple[str, ...]:
             and iterable.func.id in RANGE_LIKE
         ):
             continue
-        target = set(_names(statement.target, ast.Store))
-        stored: set[str] = set(target)
-        read_first: set[str] = set()
-        _carried_in(statement.body, stored, read_first)
-        bound = {n for s in statement.body for n in _names(s, ast.Store)}
-        carried.update(dict.fromkeys(sorted((read_first & bound) - target)))
+        carried.update(dict.fromkeys(_carried_by(statement)))
     return tuple(carried)
+
+
+def _carried_by(statement: ast.For) -> list[str]:
+    """The names a `for` loop's passes carry: bound in its body and read there first."""
+    target = set(_names(statement.target, ast.Store))
+    stored: set[str] = set(target)
+    read_first: set[str] = set()
+    _carried_in(statement.body, stored, read_first)
+    bound = {n for s in statement.body for n in _names(s, ast.Store)}
+    return sorted((read_first & bound) - target)

@@ -87,17 +87,20 @@ class BatchLoop:
     class call `iter()` an extra time, so a lazy wrapper would shift every later random draw.
     """
 
-    __slots__ = ("_batches", "_iterable")
+    __slots__ = ("_batches", "_carries", "_iterable")
 
-    def __init__(self, batches: Batches, iterable: Iterable[Any]) -> None:
+    def __init__(
+        self, batches: Batches, iterable: Iterable[Any], carries: tuple[str, tuple[str, ...]]
+    ) -> None:
         self._batches = batches
         self._iterable = iterable
+        self._carries = carries  # (function, its locals the batches carry): see `epoch`
 
     def __len__(self) -> int:
         return len(self._iterable)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Any]:
-        return self._batches.epoch(self._iterable)
+        return self._batches.epoch(self._iterable, self._carries)
 
 
 class Batches:
@@ -157,8 +160,10 @@ class Batches:
         """Epochs finished in the current epoch loop (0-based index of the one in progress)."""
         return self.epochs_seen - self._epochs_base
 
-    def loop(self, iterable: Iterable[Any]) -> BatchLoop:
-        return BatchLoop(self, iterable)
+    def loop(
+        self, iterable: Iterable[Any], carries: tuple[str, tuple[str, ...]] = ("", ())
+    ) -> BatchLoop:
+        return BatchLoop(self, iterable, carries)
 
     def epochs(self, iterable: Iterable[Any]) -> Iterable[Any]:
         """The epoch loop's iterable, returned as is: the session only learns its length (and,
@@ -207,9 +212,10 @@ class Batches:
         self._samples_counted = self._samples_guessed = True
         return batch
 
-    def _settle_next(self) -> None:
+    def _settle_next(self) -> bool:
         """The last next() fetch is a step only if a signal came after it (a batch loop asks
-        the same of each batch; a validation `next(iter(val_loader))` brings none)."""
+        the same of each batch; a validation `next(iter(val_loader))` brings none). Whether it
+        was taken back."""
         held = self._next_held
         if held is not None:
             self._next_held = None
@@ -217,6 +223,8 @@ class Batches:
                 self._timer.uncount(held[1])
                 self._uncounted[0] += 1
                 self._uncounted[1] += held[1]
+                return True
+        return False
 
     def counted(self) -> tuple[int, int, int]:
         """Steps, samples and epochs for the summary. When no signal came at all (the training
@@ -240,8 +248,13 @@ class Batches:
             return "none"
         return "batch dim 0" if self._samples_guessed else "loader"
 
-    def epoch(self, iterable: Iterable[Any]) -> Iterator[Any]:
-        """One pass over a batch loop's iterable (what `iter()` on a `BatchLoop` returns)."""
+    def epoch(
+        self, iterable: Iterable[Any], carries: tuple[str, tuple[str, ...]] = ("", ())
+    ) -> Iterator[Any]:
+        """One pass over a batch loop's iterable (what `iter()` on a `BatchLoop` returns).
+        `carries`: for a loop in a function, its name and the local variables its batches carry
+        from one to the next (the rewrite names them); resumed in the middle of the epoch,
+        they start over, and the report says so."""
         sampler = getattr(iterable, "sampler", None)
         if isinstance(sampler, DistributedSampler):  # `--procs`: each epoch its own order
             sampler.set_epoch(self.epoch_index)
@@ -254,6 +267,14 @@ class Batches:
         checkpoints = self._checkpoints
         if checkpoints.resuming:
             source, done = checkpoints.resumed_epoch(iterable)
+            function, names = carries
+            if done and names:
+                self._report(
+                    f"--resume: {function}'s own variables {', '.join(names)} carry from batch to "
+                    f"batch and start over here, not as they were after batch {done}: no "
+                    "checkpoint holds a function's locals, so the rest of this epoch can differ "
+                    "from a run never interrupted"
+                )
             counter = SampleCounter(iterable, done)
             return self._iterate(self._source(source), remaining, counter, done)
         checkpoints.epoch_starting(iterable)  # before iter() draws: a resume redraws it
@@ -504,7 +525,11 @@ class Batches:
                             self._in_epoch = True
         finally:
             if holding and provisional:  # left from inside a pass (break, return, an exception)
-                if frame.inner or signals.count == mark:
+                if frame.inner:  # the pass was no step: what ran inside it counts ...
+                    timer.uncount(0)
+                    if self._settle_next():  # ... but a next() fetch it had not trained on
+                        self._checkpoints.taken_back = True
+                elif signals.count == mark:
                     timer.uncount(0)
                     self._checkpoints.taken_back = True
                 else:

@@ -267,8 +267,12 @@ class TrainSession:
 
     # -- batches ---------------------------------------------------------------------------------
 
-    def batches(self, iterable: Iterable[Any]) -> BatchLoop:
-        return BatchLoop(self._batches, iterable)
+    def batches(
+        self, iterable: Iterable[Any], within: str = "", carries: tuple[str, ...] = ()
+    ) -> BatchLoop:
+        """A batch loop's iterable; `within`/`carries`: the function a batch loop is in and the
+        local variables its batches carry (see `Batches.epoch`)."""
+        return BatchLoop(self._batches, iterable, (within, carries))
 
     # -- gradients -------------------------------------------------------------------------------
 
