@@ -4,19 +4,17 @@ is the notebook's shape, tiny, trained for real on the CPU, bit-identical to the
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_trainmate import last_run
 from jupyter_trainmate.runtime.checkpoint import checkpoints
 
-from .train_harness import COMMON, assert_parity, fresh_shell, run, weights
+from .train_harness import COMMON, assert_parity, fresh_shell, interrupt_then_resume, run, weights
 
 SENTENCES = """
 sentences = [torch.randint(0, 20, (int(n),)).tolist() for n in torch.randint(3, 8, (12,))]
@@ -146,33 +144,6 @@ def test_resume_after_a_ctrl_c_between_backward_and_step(stop: int, tmp_path: Pa
     ip.run_cell(f"%%train {line} --resume\n{STEP_THEN_ZERO}").raise_error()
     got = weights(ip)
     assert [k for k in expected if not torch.equal(expected[k], got[k])] == []
-
-
-def interrupt_then_resume(
-    cells: list[str],
-    loop: str,
-    folder: Path,
-    between: Callable[[dict[str, Any]], object] = lambda namespace: None,
-    *,
-    resume: bool = True,
-) -> InteractiveShell:
-    """Run `loop` under `%%train --checkpoint FOLDER` with STOP = 6 (the cell raises
-    KeyboardInterrupt there), call `between` with the namespace, then run it again with
-    STOP = -1 and `--resume` (unless `resume` is false); the shell after."""
-    ip = fresh_shell()
-    for source in cells:
-        ip.run_cell(source).raise_error()
-    ip.user_ns["STOP"] = 6
-    line = f"--checkpoint {folder} --display off"
-    ip.run_cell(f"%%train {line}\n{loop}")
-    interrupted = last_run()
-    assert interrupted is not None
-    assert interrupted.outcome == "interrupted"
-    between(ip.user_ns)
-    if resume:
-        ip.user_ns["STOP"] = -1
-        ip.run_cell(f"%%train {line} --resume\n{loop}").raise_error()
-    return ip
 
 
 SPLIT_IN_THE_CELL = """

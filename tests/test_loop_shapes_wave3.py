@@ -11,27 +11,18 @@ import torch
 
 from jupyter_trainmate import last_run
 
-from .train_harness import COMMON, assert_parity, fresh_shell, run, weights
+from .train_harness import COMMON, assert_parity, fresh_shell, interrupt_then_resume, run, weights
 
 
 def interrupted_then_resumed(setup: str, cell: str, folder: Path) -> tuple[str, list[str]]:
-    """`cell` under `%%train --checkpoint FOLDER`, stopped by a Ctrl-C the cell raises when STOP
-    is reached, then run with `--resume`; the interrupted run's report and the weights (and
-    tensors named `*_t`) that differ from the run never interrupted."""
+    """`cell` under `%%train --checkpoint FOLDER`, stopped by a Ctrl-C the cell raises when the
+    STOP that `setup` sets is reached, then run with `--resume`; the interrupted run's report
+    and the weights that differ from the run never interrupted."""
     expected = weights(run([setup + "STOP = -1\n", cell], None))
-    ip = fresh_shell()
-    ip.run_cell(setup).raise_error()
-    line = f"--checkpoint {folder} --display off"
-    ip.run_cell(f"%%train {line}\n{cell}")
-    interrupted = last_run()
-    assert interrupted is not None
-    assert interrupted.outcome == "interrupted"
-    ip.user_ns["STOP"] = -1
-    ip.run_cell(f"%%train {line} --resume\n{cell}").raise_error()
-    got = weights(ip)
-    return " ".join(interrupted.events), [
-        k for k in expected if not torch.equal(expected[k], got[k])
-    ]
+    stop = int(setup.rsplit("STOP = ", 1)[1].split()[0])
+    events: list[str] = []
+    got = weights(interrupt_then_resume([setup], cell, folder, stop=stop, events=events))
+    return " ".join(events), [k for k in expected if not torch.equal(expected[k], got[k])]
 
 
 LR_FINDER = """

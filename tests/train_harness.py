@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import pytest
 import torch
 from IPython.core.interactiveshell import InteractiveShell
@@ -100,3 +104,35 @@ def status_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(StatusWriter, "write", counted)
     return writes
+
+
+def interrupt_then_resume(
+    cells: list[str],
+    loop: str,
+    folder: Path,
+    between: Callable[[dict[str, Any]], object] = lambda namespace: None,
+    *,
+    resume: bool = True,
+    stop: int = 6,
+    events: list[str] | None = None,
+) -> InteractiveShell:
+    """Run `loop` under `%%train --checkpoint FOLDER` with STOP = `stop` (the cell raises
+    KeyboardInterrupt there), call `between` with the namespace, then run it again with
+    STOP = -1 and `--resume` (unless `resume` is false); the shell after. `events` gets the
+    interrupted run's events."""
+    ip = fresh_shell()
+    for source in cells:
+        ip.run_cell(source).raise_error()
+    ip.user_ns["STOP"] = stop
+    line = f"--checkpoint {folder} --display off"
+    ip.run_cell(f"%%train {line}\n{loop}")
+    interrupted = last_run()
+    assert interrupted is not None
+    assert interrupted.outcome == "interrupted"
+    if events is not None:
+        events.extend(interrupted.events)
+    between(ip.user_ns)
+    if resume:
+        ip.user_ns["STOP"] = -1
+        ip.run_cell(f"%%train {line} --resume\n{loop}").raise_error()
+    return ip
