@@ -310,6 +310,54 @@ find_lr()
     assert resumed is not None
     said = [e for e in resumed.events if "find_lr's own variables" in e]
     assert said, resumed.events
-    assert "lr, seen carry from batch to batch" in said[0]
+    assert "variables lr, seen carry from batch to batch" in said[0]  # not `global k`
     got = weights(ip)
     assert any(not torch.equal(expected[k], got[k]) for k in expected)  # as the message says
+
+
+def test_a_helper_looping_over_models_leaves_the_batch_loop_a_batch_loop() -> None:
+    """A second pair of eyes on this wave's change: `train_all(xb, yb)` loops over the notebook's
+    models (`for net, o in zip(nets, opts)`); that loop is no batch loop, so the cell's loop over
+    `loader` stays the batch loop (it had become a counter loop: 16 epochs, 32 steps)."""
+    setup = """
+nets = [nn.Linear(8, 2), nn.Linear(8, 2)]
+opts = [torch.optim.SGD(n.parameters(), lr=0.1) for n in nets]
+def train_all(xb, yb):
+    for net, o in zip(nets, opts):
+        o.zero_grad()
+        loss_fn(net(xb), yb).backward()
+        o.step()
+"""
+    cell = "for epoch in range(2):\n    for xb, yb in loader:\n        train_all(xb, yb)\n"
+    summary, _ = assert_parity([COMMON, setup, cell])
+    assert (summary.steps, summary.epochs, summary.samples) == (16, 2, 512)
+
+
+def test_checkpoints_of_a_lazy_module_and_under_accumulate(tmp_path: Path) -> None:
+    """The same review: a `LazyBatchNorm1d` (its buffers uninitialised until the first forward)
+    made `--checkpoint` fail before the first step; and under `--accumulate 2` a Ctrl-C in a
+    window said the step had made 1 of 2 optimizer steps when it had made none."""
+    lazy = COMMON + (
+        "model = nn.Sequential(nn.Linear(8, 16), nn.LazyBatchNorm1d(), nn.ReLU(), nn.Linear(16, 2))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    )
+    loop = "for xb, yb in loader:\n    opt.zero_grad()\n    loss_fn(model(xb), yb).backward()\n    opt.step()\n"
+    assert_parity([lazy, loop], f"--checkpoint {tmp_path / 'lazy'}")
+    cell = """
+for xb, yb in loader:
+    k += 1
+    opt.zero_grad()
+    loss_fn(model(xb), yb).backward()
+    if k == STOP:
+        raise KeyboardInterrupt
+    opt.step()
+"""
+    ip = fresh_shell()
+    ip.run_cell(COMMON + "k = 0\nSTOP = 3\n").raise_error()
+    ip.run_cell(f"%%train --accumulate 2 --checkpoint {tmp_path / 'acc'} --display off\n{cell}")
+    interrupted = last_run()
+    assert interrupted is not None
+    assert interrupted.outcome == "interrupted"
+    events = list(interrupted.events)
+    assert any("checkpoint" in e for e in events)
+    assert not any("optimizer steps a step has made" in e for e in events)

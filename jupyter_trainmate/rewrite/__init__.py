@@ -42,7 +42,13 @@ from .functions import (
     notebook_function,
     notebook_method,
 )
-from .loops import BatchLoopTransformer, carried_names, is_range_like, iterated_names
+from .loops import (
+    BatchLoopTransformer,
+    carried_names,
+    is_range_like,
+    iterated_names,
+    over_models,
+)
 from .magics import MagicTransformer, code_of, magic_calls
 from .retry import MARK, RetryTransformer, compile_rewritten, forget_compiled
 
@@ -377,7 +383,9 @@ class _Reach:
                     changed = True
         return frozenset(trainers), {key: frozenset(names) for key, names in handed.items()}
 
-    def batch_loopers(self, trainers: frozenset[str]) -> frozenset[str]:
+    def batch_loopers(
+        self, trainers: frozenset[str], model_lists: frozenset[str] = frozenset()
+    ) -> frozenset[str]:
         """Names (as `trainers` spells them) of the reached functions that iterate batches
         themselves: a training loop over something other than a counter in their code, or a call
         of such a function (`fit(model)` holding `for epoch ...: for x, y in loader:`). A loop
@@ -385,7 +393,7 @@ class _Reach:
         reached = list(self.found.values())
         found: set[str] = set()
         for r in reached:
-            if _loops_over_batches(r.module, trainers):
+            if _loops_over_batches(r.module, trainers, model_lists):
                 found |= names_of(r)
         changed = True
         while changed:
@@ -408,12 +416,15 @@ def calls_of(r: _Reached) -> set[str]:
     return r.names | {f".{attr}" for _, attr in r.methods}
 
 
-def _loops_over_batches(module: cst.Module, trainers: frozenset[str]) -> bool:
-    """Whether `module` holds a `for` loop over something other than a counter whose body calls
-    backward() or a function that trains."""
+def _loops_over_batches(
+    module: cst.Module, trainers: frozenset[str], model_lists: frozenset[str]
+) -> bool:
+    """Whether `module` holds a `for` loop over something other than a counter (or the
+    notebook's models: `for net, opt in zip(nets, opts)`) whose body calls backward() or a
+    function that trains."""
     for loop in m.findall(module, m.For()):
         assert isinstance(loop, cst.For)
-        if is_range_like(loop.iter):
+        if is_range_like(loop.iter) or over_models(loop.iter, model_lists):
             continue
         if m.findall(loop.body, BACKWARD):
             return True
@@ -528,12 +539,12 @@ def _rewrite_cell(
     if reach is not None:
         reach.run(*_names_in(module))
     trainers, holding = reach.trainers(module) if reach is not None else (frozenset(), {})
-    loopers = reach.batch_loopers(trainers) if reach is not None else frozenset()
     model_lists = (
         _model_lists([module, *(r.module for r in reach.found.values())], namespace)
         if reach is not None and namespace is not None
         else frozenset()
     )
+    loopers = reach.batch_loopers(trainers, model_lists) if reach is not None else frozenset()
     code, facts = rewrite_source(source, context, trainers, model_lists, retry, loopers)
     notes = [*context.sorted_notes(), *(reach.notes if reach is not None else ())]
     batch_sources = list(context.batch_sources)

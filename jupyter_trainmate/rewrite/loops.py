@@ -115,7 +115,7 @@ def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
     return cst.Arg(value, keyword=cst.Name(name), equal=equal)
 
 
-def _carries(function: str | None, loop: cst.For) -> tuple[cst.Arg, ...]:
+def _carries(function: str | None, loop: cst.For, declared: set[str]) -> tuple[cst.Arg, ...]:
     """For a batch loop in a function: the local variables its batches carry from one to the
     next (`avg_loss = beta * avg_loss + ...`, `lr *= mult`), as `within=` and `carries=`
     arguments. No checkpoint holds a function's locals: a run resumed in the middle of that
@@ -129,7 +129,7 @@ def _carries(function: str | None, loop: cst.For) -> tuple[cst.Arg, ...]:
     statement = tree.body[0] if tree.body else None
     if not isinstance(statement, ast.For):
         return ()
-    names = _carried_by(statement)
+    names = [name for name in _carried_by(statement) if name not in declared]  # not `global`
     if not names:
         return ()
     listed = cst.Tuple([cst.Element(cst.SimpleString(repr(name))) for name in names])
@@ -169,6 +169,7 @@ class BatchLoopTransformer(cst.CSTTransformer):
         self._saved: list[list[dict[str, bool]]] = []
         self._training_depth = 0
         self._functions: list[str] = []  # the functions defined in this code being visited
+        self._declared: list[set[str]] = []  # their `global` and `nonlocal` names
 
     def _line(self, node: cst.CSTNode) -> int:
         return int(self.get_metadata(cst.metadata.PositionProvider, node).start.line)
@@ -177,12 +178,22 @@ class BatchLoopTransformer(cst.CSTTransformer):
         self._saved.append(self._frames)
         self._frames = []
         self._functions.append(node.name.value)
+        declared = m.findall(node.body, m.Global() | m.Nonlocal())
+        self._declared.append(
+            {
+                n.name.value
+                for d in declared
+                if isinstance(d, cst.Global | cst.Nonlocal)
+                for n in d.names
+            }
+        )
 
     def leave_FunctionDef(
         self, original_node: cst.FunctionDef, updated_node: cst.FunctionDef
     ) -> cst.FunctionDef:
         self._frames = self._saved.pop()
         self._functions.pop()
+        self._declared.pop()
         return updated_node
 
     def _function(self) -> str | None:
@@ -265,7 +276,9 @@ class BatchLoopTransformer(cst.CSTTransformer):
                 self.context.batch_sources.append(
                     cst.Module([]).code_for_node(_innermost(original_node.iter))
                 )
-                carries = _carries(self._function(), original_node)
+                carries = _carries(
+                    self._function(), original_node, self._declared[-1] if self._declared else set()
+                )
                 updated_node = updated_node.with_changes(
                     iter=_wrap(updated_node.iter, "batches", carries)
                 )

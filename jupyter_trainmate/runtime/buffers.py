@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch.nn.parameter import UninitializedBuffer
 
 from .checkpoint import snapshot_state, trainable_objects
 
@@ -41,6 +42,7 @@ class StepBuffers:
                 for name, buffer in module.named_buffers(recurse=False):
                     if (
                         buffer is None
+                        or isinstance(buffer, UninitializedBuffer)  # a lazy module's
                         or buffer.numel() > LARGEST
                         or name in module._non_persistent_buffers_set
                     ):

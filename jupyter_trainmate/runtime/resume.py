@@ -57,9 +57,10 @@ class Checkpoints:
         self.last: Path | None = None  # the newest checkpoint handed to the writer
         self.writes = True  # False in the workers of `--procs` but rank 0: they save nothing
         # Whether the weights changed since the batch in progress arrived: the optimizer steps
-        # since (the session adds one on every real optimizer step; a backward() inside an
-        # accumulation window sets at least 1), and the most a finished batch or pass made
+        # since (the session adds one on every real optimizer step), and the most a finished
+        # batch or pass made; `summed`: a backward() inside an accumulation window came since
         self.updated = 0
+        self.summed = False
         self._most_updates = 0
         # The step in progress was taken back out of the counts already (its loop was left,
         # by the exception, before it trained): a checkpoint's `undone` does not take it again
@@ -198,7 +199,7 @@ class Checkpoints:
             if take is not None:
                 take()
             self.updated = 0
-            self.taken_back = False
+            self.summed = self.taken_back = False
             self._in_body = True
             yield batch
             self._in_body = False
@@ -261,7 +262,7 @@ class Checkpoints:
                     if self.carried and not nested:
                         loop.carried = self._carried_now()
                     self.updated = 0
-                    self.taken_back = False
+                    self.summed = self.taken_back = False
                     loop.in_pass = True
                     if loop.buffers is not None:
                         loop.buffers.take()
@@ -309,7 +310,7 @@ class Checkpoints:
         loop = self._interrupted_pass
         if not self._in_body and self._done == 0 and loop is not None:  # in a step loop's pass
             epoch = loop.at_epoch
-            if self.updated:  # the pass had updated the weights: it counts
+            if self.updated or self.summed:  # the pass had updated the weights: it counts
                 passes = loop.passes + 1
                 path = self.save(0, epoch, passes=passes, loop=loop)
             else:  # back to the moment it began
@@ -340,7 +341,7 @@ class Checkpoints:
                 )
             return  # else the epoch-end checkpoint is the latest state
         done, epoch = self._done, self._epoch
-        if self._in_body and self.updated:  # the step had updated the weights: it counts
+        if self._in_body and (self.updated or self.summed):  # it had updated them: it counts
             done += 1
             path = self.save(done, epoch)
         elif self._in_body and done == 0 and self._epoch_rng is not None:

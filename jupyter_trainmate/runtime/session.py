@@ -361,8 +361,7 @@ class TrainSession:
         accumulation = self.accumulation
         if accumulation.every > 1:
             loss = loss / accumulation.every
-            checkpoints = self.checkpoints  # its gradients are summed in: an interrupt counts it
-            checkpoints.updated = checkpoints.updated or 1
+            self.checkpoints.summed = True  # its gradients are summed in: an interrupt counts it
         micro = self.oom_guard
         if micro.count > 1:  # a micro-batch after out-of-memory (see `oom`)
             loss = loss * micro.weight  # its share of the batch: the mean over the whole batch
