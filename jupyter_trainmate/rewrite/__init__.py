@@ -30,7 +30,7 @@ import libcst.matchers as m
 
 from .calls import TrainCallTransformer
 from .context import SESSION, Note, RewriteContext
-from .detect import BACKWARD, CodeFacts, read_facts
+from .detect import BACKWARD, CodeFacts, calls_one_of, read_facts
 from .functions import (
     MODULE_CODE,
     FunctionSource,
@@ -428,13 +428,11 @@ def _loops_over_batches(
             continue
         if m.findall(loop.body, BACKWARD):
             return True
-        for call in m.findall(loop.body, m.Call()):
-            assert isinstance(call, cst.Call)
-            func = call.func
-            if (isinstance(func, cst.Name) and func.value in trainers) or (
-                isinstance(func, cst.Attribute) and f".{func.attr.value}" in trainers
-            ):
-                return True
+        if any(
+            isinstance(call, cst.Call) and calls_one_of(call, trainers)
+            for call in m.findall(loop.body, m.Call())
+        ):
+            return True
     return False
 
 

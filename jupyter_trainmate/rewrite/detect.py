@@ -94,6 +94,15 @@ def _is_grad(node: cst.BaseExpression) -> bool:
     )
 
 
+def calls_one_of(node: cst.Call, names: frozenset[str]) -> bool:
+    """A call of a function named in `names` (`f()`), or of a method named there after a dot
+    (`.f()`, `x.f()`)."""
+    func = node.func
+    if isinstance(func, cst.Name):
+        return func.value in names
+    return isinstance(func, cst.Attribute) and f".{func.attr.value}" in names
+
+
 class _FactsVisitor(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (cst.metadata.PositionProvider,)
 
@@ -156,14 +165,9 @@ class _FactsVisitor(cst.CSTVisitor):
             and node.args[0].value.value in self._closures
         )
 
-    def _calls_trainer(self, node: cst.Call, among: frozenset[str] | None = None) -> bool:
-        """A call of a notebook function (`f()`) or method (`.f()`) that trains (or, with
-        `among`, one of those)."""
-        names = self._trainers if among is None else among
-        func = node.func
-        if isinstance(func, cst.Name):
-            return func.value in names
-        return isinstance(func, cst.Attribute) and f".{func.attr.value}" in names
+    def _calls_trainer(self, node: cst.Call) -> bool:
+        """A call of a notebook function (`f()`) or method (`.f()`) that trains."""
+        return calls_one_of(node, self._trainers)
 
     def _trains(self, node: cst.CSTNode) -> bool:
         """Whether `node` holds a backward() or a call to a notebook function that trains."""
@@ -201,7 +205,7 @@ class _FactsVisitor(cst.CSTVisitor):
             self.training_loops.update(self._loops)
             if self._loops:
                 self.step_loops.add(self._loops[-1])
-            if not self._calls_trainer(node, self._loopers):
+            if not calls_one_of(node, self._loopers):
                 self.direct_loops.update(self._loops)
         autograd = m.Name("autograd") | m.Attribute(attr=m.Name("autograd"))
         if m.matches(node.func, m.Attribute(value=autograd, attr=m.Name("grad"))):
