@@ -5,6 +5,10 @@ and under `%%train` (default options, default display), in one IPython shell, al
 The figure is the median of the per-pair ratios (each %%train run against the plain run just
 before it), which cancels most of this machine's drift (goal: <= 1.02).
 
+Each round also runs the plain cell a second time, after the `%%train` run: its ratio to the
+round's first plain run, taken the same way, is an A/A control. It should read 1.000; how far it
+reads from 1.000 is how much of a difference this machine, at this moment, can show.
+
 `--cpu` times each run in CPU time of the process (`time.process_time`: every thread, the
 display's included) instead of wall time, for a shared, loaded machine where wall time measures
 the neighbours.
@@ -47,8 +51,8 @@ def main(repeats: int = 31, epochs: int = 5, cpu: bool = False) -> dict[str, flo
     ip.run_line_magic("load_ext", "jupyter_trainmate")
     ip.run_cell(SETUP).raise_error()
     loop = LOOP.replace("EPOCHS", str(epochs))
-    cells = {"plain": loop, "train": "%%train\n" + loop}
-    times: dict[str, list[float]] = {"plain": [], "train": []}
+    cells = {"plain": loop, "train": "%%train\n" + loop, "control": loop}
+    times: dict[str, list[float]] = {name: [] for name in cells}
     for name in cells:  # warm-up
         ip.run_cell(cells[name], silent=True).raise_error()
     for _ in range(repeats):
@@ -58,13 +62,18 @@ def main(repeats: int = 31, epochs: int = 5, cpu: bool = False) -> dict[str, flo
             times[name].append(clock() - started)
     plain, train = statistics.median(times["plain"]), statistics.median(times["train"])
     ratio = statistics.median(t / p for p, t in zip(times["plain"], times["train"], strict=True))
+    control = statistics.median(
+        c / p for p, c in zip(times["plain"], times["control"], strict=True)
+    )
     steps = epochs * 100
     print(
         f"overhead: plain {plain / steps * 1e6:.0f} us/step, %%train {train / steps * 1e6:.0f} us/step, "
         f"ratio {ratio:.3f} (median of {repeats} alternating pairs of {steps}-step runs, "
-        f"{'CPU' if cpu else 'wall'} time)"
+        f"{'CPU' if cpu else 'wall'} time)\n"
+        f"A/A control: the plain cell again / plain {control:.3f} (the same pairs; 1.000 on a "
+        "machine quiet enough to read the ratio above to its third digit)"
     )
-    return {"plain_s": plain, "train_s": train, "ratio": ratio}
+    return {"plain_s": plain, "train_s": train, "ratio": ratio, "control": control}
 
 
 if __name__ == "__main__":
