@@ -111,6 +111,28 @@ for epoch in range(2):
     assert (summary.steps, summary.epochs, summary.samples) == (16, 2, 512)
 
 
+def test_a_validation_next_after_each_epochs_batch_loop_is_no_step() -> None:
+    """An epoch's batch loop, then `next(iter(valid))` under no_grad (helper-57's example, left
+    by the third wave): the next epoch's batches trained before another next() came, so the
+    validation fetch counted as a step (26 steps for 24, and the samples a guess)."""
+    cell = """
+valid = DataLoader(TensorDataset(x[:64], y[:64]), batch_size=32)
+for epoch in range(3):
+    model.train()
+    for xb, yb in loader:
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        xv, yv = next(iter(valid))
+        val = loss_fn(model(xv), yv)
+"""
+    summary, _ = assert_parity([COMMON, cell])
+    assert (summary.steps, summary.epochs, summary.samples) == (24, 3, 768)
+    assert summary.samples_source == "loader"
+
+
 BATCHNORM = """
 model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)

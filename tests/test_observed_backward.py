@@ -71,10 +71,11 @@ def test_a_loss_in_an_imported_modules_function_is_seen(
     sys.modules.pop("observed_engine", None)
     assert summary.optimizer_steps == 16  # the optimizer hook counts its steps, as before
     # The epochs are not counted (the rewrite does not know that the imported function trains):
-    # the curve has the run's last loss, where it had none.
-    [(step, value)] = _record()["curves"]["loss"]  # type: ignore[index]
-    assert step == 16
-    assert 0 < value < 2
+    # the curve has the run's last loss, where it had none (and, on a machine slow enough for
+    # the run to last past the display thread's first reading, 4 a second, readings before it).
+    curve = _record()["curves"]["loss"]  # type: ignore[index]
+    assert curve[-1][0] == 16
+    assert all(0 < value < 2 for _, value in curve)
     assert torch.Tensor.backward is ORIGINAL
 
 

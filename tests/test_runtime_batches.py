@@ -77,6 +77,20 @@ def test_a_next_batch_that_no_step_follows_is_taken_back() -> None:
     assert (summary.steps, summary.samples) == (3, 9)
 
 
+def test_a_validation_next_batch_after_an_epochs_batch_loop_is_no_step() -> None:
+    # an epoch's batch loop, then `next(iter(valid))` under no_grad: the next epoch's batches
+    # bring signals before any next() fetch settles it, so the batch loop's start must
+    s = session()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(12, 2)), 3)
+    for _ in range(3):
+        for (batch,) in s.batches(loader):
+            train_on(s, batch)
+        s.next_batch(iter([torch.ones(5, 2)]))  # validation: no backward, no step
+    summary = s.close("finished")
+    assert (summary.steps, summary.samples, summary.epochs) == (12, 36, 3)
+    assert summary.samples_source == "loader"  # the taken-back fetch's guess does not count
+
+
 def test_the_last_batch_closes_a_short_accumulation_window() -> None:
     s = session(accumulate=3)
     flags = [s.accumulation.last_batch for _ in s.batches(BATCHES)]

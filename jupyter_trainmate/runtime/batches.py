@@ -154,6 +154,7 @@ class Batches:
         self._uncounted = [0, 0, 0]  # steps, samples, passes taken back as not training
         self._samples_counted = False  # a batch loop or next() counted samples
         self._samples_guessed = False  # ... some by the batches' first dimension
+        self._next_fetched = False  # a next() fetch came (its samples count once it trains)
 
     @property
     def epoch_index(self) -> int:
@@ -209,7 +210,7 @@ class Batches:
             samples = leading_size(batch)
             timer.after_fetch(samples)
         self._next_held = (self.signals.count, samples)
-        self._samples_counted = self._samples_guessed = True
+        self._next_fetched = True
         return batch
 
     def _settle_next(self) -> bool:
@@ -224,6 +225,8 @@ class Batches:
                 self._uncounted[0] += 1
                 self._uncounted[1] += held[1]
                 return True
+            # a step: its samples are the batch's first dimension, a guess
+            self._samples_counted = self._samples_guessed = True
         return False
 
     def counted(self) -> tuple[int, int, int]:
@@ -240,13 +243,16 @@ class Batches:
 
     @property
     def samples_source(self) -> SamplesSource:
-        if not self._samples_counted:
+        counted, guessed = self._samples_counted, self._samples_guessed
+        if self._next_fetched and not self.signals.count:  # every fetch counts (`counted`)
+            counted = guessed = True
+        if not counted:
             return "none"
-        if self._samples_guessed and not self.counted()[1]:
+        if guessed and not self.counted()[1]:
             # the guess found no tensor or array in any batch (a list of token ids per step):
             # "~0 samples (a guess)" would read as a count
             return "none"
-        return "batch dim 0" if self._samples_guessed else "loader"
+        return "batch dim 0" if guessed else "loader"
 
     def epoch(
         self, iterable: Iterable[Any], carries: tuple[str, tuple[str, ...]] = ("", ())
@@ -355,6 +361,9 @@ class Batches:
         totals = timer.totals
         accumulation = self._accumulation
         track_last = remaining is not None and accumulation.every > 1
+        # a next() fetch no signal followed before this loop began was no step (a validation
+        # batch drawn after the last epoch's loop): settled here, or the loop's signals count it
+        self._settle_next()
         per_epoch, first_step = remaining, timer.totals.steps
         self._inner_loop_started(epochs=True)
         self._samples_counted = True
