@@ -242,13 +242,14 @@ class _Reach:
         # a loop calling it, or a notebook function it is handed to, trains
         self.opaque_steps: set[str] = set()
 
-    def run(self, names: set[str], methods: Methods) -> None:
-        frontier: list[tuple[set[str], Methods, type | None, type | None, str]] = [
-            (names, methods, None, None, "cell")
-        ]
+    def run(self, names: set[str], methods: Methods, made: Mapping[str, str] = {}) -> None:
+        """`made`: the names the code binds to a call of a class (`trainer = Trainer()`): their
+        methods are that class's, though the namespace does not hold them yet."""
+        frontier: list[tuple[set[str], Methods, type | None, type | None, str, Mapping[str, str]]]
+        frontier = [(names, methods, None, None, "cell", made)]
         for _ in range(MAX_FUNCTION_DEPTH):
             before = set(self.found)
-            for calls, pairs, self_type, owner, origin in frontier:
+            for calls, pairs, self_type, owner, origin, bound in frontier:
                 self.notes += module_notes(calls, pairs, self.namespace.peek, origin)
                 for name in sorted(calls - {SESSION}):
                     self._function(name)
@@ -256,7 +257,7 @@ class _Reach:
                     if obj == "super()":
                         self._super_method(self_type, owner, attr)
                         continue
-                    cls = self_type if obj == "self" else self.namespace.type_of(obj)
+                    cls = self_type if obj == "self" else self._class_of(obj, bound)
                     if cls is not None and not issubclass(cls, types.ModuleType):
                         self._method(cls, attr, cls)
             frontier = [
@@ -266,10 +267,20 @@ class _Reach:
                     r.self_type,
                     r.source.owner,
                     f"{r.source.kind} {r.source.name}",
+                    made_by_constructors(r.module),
                 )
                 for key, r in self.found.items()
                 if key not in before
             ]
+
+    def _class_of(self, name: str, made: Mapping[str, str]) -> type | None:
+        """The class of what `name` holds: the class the code calls to make it, else the type
+        of the namespace's value."""
+        if name in made:
+            cls = self.namespace.get(made[name])
+            if isinstance(cls, type):
+                return cls
+        return self.namespace.type_of(name)
 
     def _skipped(self, what: str, value: object, why: str, name: str | None = None) -> None:
         if what not in self._noted and _mentions_backward(value):
@@ -416,8 +427,70 @@ def calls_of(r: _Reached) -> set[str]:
     return r.names | {f".{attr}" for _, attr in r.methods}
 
 
+def made_by_constructors(module: cst.CSTNode) -> dict[str, str]:
+    """Names bound to a call of a name (`trainer = Trainer(model)`): name -> what is called.
+    Whether that is a class is the namespace's to say."""
+    made: dict[str, str] = {}
+    for node in m.findall(module, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+        assert isinstance(node, cst.Assign)
+        target, value = node.targets[0].target, node.value
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+            assert isinstance(target, cst.Name)
+            made[target.value] = value.func.value
+    return made
+
+
+def cell_functions(
+    module: cst.Module,
+    trainers: frozenset[str],
+    loopers: frozenset[str],
+    model_lists: frozenset[str],
+) -> tuple[frozenset[str], frozenset[str]]:
+    """`trainers` and `loopers` (`_Reach.trainers`, `_Reach.batch_loopers`) with the cell's own
+    functions added: those defined in the cell (outside its classes) that train, and those of
+    them that iterate batches. A loop calling one trains through it (`for epoch in range(n):
+    train(epoch)`, `train` defined above it in the same cell), as through a notebook function."""
+    defs: dict[str, cst.FunctionDef] = {}
+
+    class Defs(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            return False  # methods are reached through their objects, not by name
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            defs[node.name.value] = node
+
+    module.visit(Defs())
+    if not defs:
+        return trainers, loopers
+    calls = {name: list(m.findall(node.body, m.Call())) for name, node in defs.items()}
+    found, looping = set(trainers), set(loopers)
+    changed = True
+    while changed:
+        changed = False
+        for name, node in defs.items():
+            if name not in found and (
+                m.findall(node.body, BACKWARD)
+                or any(isinstance(c, cst.Call) and calls_one_of(c, found) for c in calls[name])
+            ):
+                found.add(name)
+                changed = True
+            if (
+                name in found
+                and name not in looping
+                and (
+                    _loops_over_batches(node.body, frozenset(found), model_lists)
+                    or any(
+                        isinstance(c, cst.Call) and calls_one_of(c, looping) for c in calls[name]
+                    )
+                )
+            ):
+                looping.add(name)
+                changed = True
+    return frozenset(found), frozenset(looping)
+
+
 def _loops_over_batches(
-    module: cst.Module, trainers: frozenset[str], model_lists: frozenset[str]
+    module: cst.CSTNode, trainers: frozenset[str], model_lists: frozenset[str]
 ) -> bool:
     """Whether `module` holds a `for` loop over something other than a counter (or the
     notebook's models: `for net, opt in zip(nets, opts)`) whose body calls backward() or a
@@ -535,7 +608,7 @@ def _rewrite_cell(
         return RewriteResult(source, CodeFacts(), notes=tuple(context.notes))
     reach = _Reach(namespace, handed) if namespace is not None else None
     if reach is not None:
-        reach.run(*_names_in(module))
+        reach.run(*_names_in(module), made_by_constructors(module))
     trainers, holding = reach.trainers(module) if reach is not None else (frozenset(), {})
     model_lists = (
         _model_lists([module, *(r.module for r in reach.found.values())], namespace)
@@ -543,6 +616,7 @@ def _rewrite_cell(
         else frozenset()
     )
     loopers = reach.batch_loopers(trainers, model_lists) if reach is not None else frozenset()
+    trainers, loopers = cell_functions(module, trainers, loopers, model_lists)
     code, facts = rewrite_source(source, context, trainers, model_lists, retry, loopers)
     notes = [*context.sorted_notes(), *(reach.notes if reach is not None else ())]
     batch_sources = list(context.batch_sources)

@@ -3,7 +3,7 @@ A read-only pass over the code: which loops train, and what the code already doe
 
 Its answers steer the transformers: a loop is a training loop when `.backward()` is called in its
 body (not counting nested function definitions), directly or through a notebook function that
-trains, or when its body steps an optimizer with a closure defined in the code that calls
+trains (one of an earlier cell, or one this code defines: `rewrite.cell_functions`), or when its body steps an optimizer with a closure defined in the code that calls
 `.backward()` (`lbfgs.step(closure)`); the code brings its own mixed precision when it
 names `autocast` or `GradScaler`; it accumulates by hand when an `if` on a `%` test guards an
 optimizer `step()`; it reads gradients the session cannot unscale first (`p.grad`, clipping under
@@ -12,6 +12,7 @@ a name it does not know), which rules out fp16 with a GradScaler.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
 import libcst as cst
@@ -94,7 +95,7 @@ def _is_grad(node: cst.BaseExpression) -> bool:
     )
 
 
-def calls_one_of(node: cst.Call, names: frozenset[str]) -> bool:
+def calls_one_of(node: cst.Call, names: AbstractSet[str]) -> bool:
     """A call of a function named in `names` (`f()`), or of a method named there after a dot
     (`.f()`, `x.f()`)."""
     func = node.func

@@ -116,12 +116,12 @@ def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
 
 
 def _carries(function: str | None, loop: cst.For, declared: set[str]) -> tuple[cst.Arg, ...]:
-    """For a batch loop in a function: the local variables its batches carry from one to the
-    next (`avg_loss = beta * avg_loss + ...`, `lr *= mult`), as `within=` and `carries=`
-    arguments. No checkpoint holds a function's locals: a run resumed in the middle of that
-    loop's epoch says they start over (`Batches.epoch`)."""
-    if function is None:
-        return ()
+    """The variables a batch loop's batches carry from one to the next (`h = h.detach()`,
+    `avg_loss = beta * avg_loss + ...`, `lr *= mult`), as a `carries=` argument, after
+    `within=` for a loop in a function. A checkpoint in the middle of an epoch of the cell's own
+    loop holds those notebook variables, and a run resumed there puts them back; no checkpoint
+    holds a function's locals: a run resumed in the middle of that loop's epoch says they start
+    over (`Batches.epoch`)."""
     try:
         tree = ast.parse(textwrap.dedent(cst.Module([]).code_for_node(loop)))
     except SyntaxError:
@@ -133,6 +133,8 @@ def _carries(function: str | None, loop: cst.For, declared: set[str]) -> tuple[c
     if not names:
         return ()
     listed = cst.Tuple([cst.Element(cst.SimpleString(repr(name))) for name in names])
+    if function is None:
+        return (_keyword("carries", listed),)
     return (
         _keyword("within", cst.SimpleString(repr(function))),
         _keyword("carries", listed),
@@ -417,17 +419,21 @@ def carried_names(source: str) -> tuple[str, ...]:
         return ()
     carried: dict[str, None] = {}
     for statement in tree.body:
-        if not isinstance(statement, ast.For):
-            continue
-        iterable = statement.iter
-        if not (
-            isinstance(iterable, ast.Call)
-            and isinstance(iterable.func, ast.Name)
-            and iterable.func.id in RANGE_LIKE
-        ):
-            continue
-        carried.update(dict.fromkeys(_carried_by(statement)))
+        if isinstance(statement, ast.For) and _counts(statement.iter):
+            carried.update(dict.fromkeys(_carried_by(statement)))
     return tuple(carried)
+
+
+def _counts(node: ast.expr) -> bool:
+    """`range(n)`, `trange(n)`, and `tqdm`/`enumerate` around them (`tqdm(range(n))`,
+    `tqdm.notebook.tqdm(...)`): what `is_range_like` calls a counter, in `ast`'s terms."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    if name in RANGE_LIKE:
+        return True
+    return name in KEEP_OUTSIDE and bool(node.args) and _counts(node.args[0])
 
 
 def _carried_by(statement: ast.For) -> list[str]:

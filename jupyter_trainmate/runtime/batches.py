@@ -271,10 +271,12 @@ class Batches:
         except TypeError:
             remaining = None
         checkpoints = self._checkpoints
+        function, names = carries
+        if not function and checkpoints.directory is not None:
+            checkpoints.batch_carried = names  # the cell's own loop: notebook variables, held
         if checkpoints.resuming:
             source, done = checkpoints.resumed_epoch(iterable)
-            function, names = carries
-            if done and names:
+            if done and names and function:
                 self._report(
                     f"--resume: {function}'s own variables {', '.join(names)} carry from batch to "
                     f"batch and start over here, not as they were after batch {done}: no "

@@ -91,6 +91,13 @@ class Checkpoints:
         # rewrite names them: `rewrite.loops.carried_names`), and their values as the pass began
         self.carried: tuple[str, ...] = ()
         self._interrupted_pass: _Passes | None = None  # the step loop an exception left
+        # Notebook variables the cell's own batch loop carries from batch to batch (`h =
+        # h.detach()`, `running_loss += ...`; the rewrite names them), set as its epoch begins;
+        # and, per batch, what they held as it arrived (with each tensor's version counter: an
+        # in-place change since then means that value is gone)
+        self.batch_carried: tuple[str, ...] = ()
+        self._carried_at_batch: dict[str, Any] = {}
+        self._carried_versions: dict[str, int] = {}
         self._epoch = 0  # the epoch in progress, 0-based in the epoch loop
         self._done = 0  # batches completed in the epoch in progress
         # The generators as the run began: a checkpoint carries them and `--resume` restores them
@@ -175,7 +182,7 @@ class Checkpoints:
             else None,
             "carried": (carried if carried is not None else self._carried_now())
             if passes is not None
-            else None,
+            else carried,
             "steps": steps,
             "ranks": ranks(),  # the position counts one rank's batches
         }
@@ -193,11 +200,18 @@ class Checkpoints:
         fetched = False
         self._buffers = buffers = StepBuffers(self._namespace)
         take = buffers.take if buffers else None
+        carried, self.batch_carried = self.batch_carried, ()
+        namespace = self._namespace
         for batch in batches:
             fetched = True
             self._rng_after_fetch = torch.get_rng_state()
             if take is not None:
                 take()
+            if carried:  # references only: a value is copied when a checkpoint needs it
+                held = self._carried_at_batch = {n: namespace[n] for n in carried if n in namespace}
+                self._carried_versions = {
+                    n: v._version for n, v in held.items() if isinstance(v, torch.Tensor)
+                }
             self.updated = 0
             self.summed = self.taken_back = False
             self._in_body = True
@@ -207,8 +221,9 @@ class Checkpoints:
                 self._most_updates = self.updated
             self._done += 1
             if every and steps() % every == 0:
-                self.save(self._done, epoch)
+                self.save(self._done, epoch, carried=self._carried_values(carried))
         self._done = 0
+        self._carried_at_batch = {}
         self._epoch_rng = None
         self.save(0, epoch + 1 if fetched else epoch)  # the epoch is done: the next starts fresh
 
@@ -297,6 +312,27 @@ class Checkpoints:
                 found[name] = value
         return found
 
+    def _carried_values(self, names: tuple[str, ...], at_batch: bool = False) -> dict[str, Any]:
+        """The batch loop's carried variables as a checkpoint holds them: now (after a batch),
+        or (`at_batch`) as the batch in progress arrived, leaving out a tensor it changed in
+        place since; those it cannot hold are left out (the resumed run names them)."""
+        if not names:
+            return {}
+        if at_batch:
+            values = {
+                n: v
+                for n, v in self._carried_at_batch.items()
+                if not isinstance(v, torch.Tensor) or v._version == self._carried_versions.get(n)
+            }
+        else:
+            values = {n: self._namespace[n] for n in names if n in self._namespace}
+        found = {}
+        for name, value in values.items():
+            held = _held(value)
+            if held is not _CANNOT:
+                found[name] = held
+        return found
+
     def _restore_carried(self, carried: dict[str, Any]) -> None:
         namespace = self._namespace
         if carried and isinstance(namespace, MutableMapping):
@@ -341,9 +377,10 @@ class Checkpoints:
                 )
             return  # else the epoch-end checkpoint is the latest state
         done, epoch = self._done, self._epoch
+        names = tuple(self._carried_at_batch)
         if self._in_body and (self.updated or self.summed):  # it had updated them: it counts
             done += 1
-            path = self.save(done, epoch)
+            path = self.save(done, epoch, carried=self._carried_values(names))
         elif self._in_body and done == 0 and self._epoch_rng is not None:
             # The epoch's first batch had not: a resume starts this epoch afresh, and its
             # iter() draws the order again, so the generators go back to before that draw (not
@@ -351,10 +388,15 @@ class Checkpoints:
             path = self.save(0, epoch, rng=self._epoch_rng, undone=1, buffers=self._buffers)
         elif self._in_body:  # it had not: back to the moment its batch arrived
             path = self.save(
-                done, epoch, torch_rng=self._rng_after_fetch, undone=1, buffers=self._buffers
+                done,
+                epoch,
+                torch_rng=self._rng_after_fetch,
+                undone=1,
+                buffers=self._buffers,
+                carried=self._carried_values(names, at_batch=True),
             )
         else:
-            path = self.save(done, epoch)
+            path = self.save(done, epoch, carried=self._carried_values(names))
         self._report(
             f"{what} in epoch {epoch + 1} after {done} batches: checkpoint {path}; "
             "continue with %%train --resume" + (self._partial() if self._in_body else "")
@@ -576,6 +618,17 @@ class Checkpoints:
             source = it
         set_rng_state(resume["rng"])  # then every draw continues where the run stopped
         self._report(f"resumed after {position} batches of the epoch in progress")
+        carried = resume.get("carried") or {}
+        self._restore_carried(carried)  # what the next batch reads, as it was (`h`, sums)
+        lost = [n for n in self.batch_carried if n not in carried]
+        if lost:
+            self._report(
+                f"--resume: {', '.join(lost)} carr{'y' if len(lost) > 1 else 'ies'} from batch "
+                f"to batch and start{'' if len(lost) > 1 else 's'} over here, not as after batch "
+                f"{position}: the checkpoint could not hold {'them' if len(lost) > 1 else 'it'} "
+                "(changed in place, or not tensors, arrays or numbers), so the rest of this "
+                "epoch can differ from a run never interrupted"
+            )
         return source, position
 
 

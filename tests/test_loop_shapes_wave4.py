@@ -1,0 +1,176 @@
+"""Loop shapes from the fourth wave of public training notebooks (benchmarks/loops_corpus4.toml)
+that showed a failure class: each test is the notebook's shape, tiny, trained for real on the CPU
+against the plain run (or, for --resume, against the run never interrupted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from jupyter_trainmate import last_run
+
+from .train_harness import COMMON, assert_parity, interrupt_then_resume, run, weights
+
+TRAINER = """
+class Trainer:
+    def __init__(self):
+        self.net = nn.Linear(8, 2)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+    def fit(self, epochs=2):
+        for epoch in range(epochs):
+            for xb, yb in loader:
+                self.opt.zero_grad()
+                loss_fn(self.net(xb), yb).backward()
+                self.opt.step()
+"""
+
+
+def resumed(setup: str, cell: str, folder: Path, stop: int, names: tuple[str, ...] = ()) -> tuple[
+    list[str], list[str]
+]:  # fmt: skip
+    """`cell` interrupted by the Ctrl-C it raises at STOP, then resumed; the interrupted run's
+    events and what differs from the run never interrupted (the models' weights and `names`)."""
+    plain = run([setup, "STOP = -1", cell], None)
+    events: list[str] = []
+    ip = interrupt_then_resume([setup], cell, folder, stop=stop, events=events)
+    expected, got = weights(plain), weights(ip)
+    differing = [k for k in expected if not torch.equal(expected[k], got[k])]
+    for name in names:
+        a, b = plain.user_ns[name], ip.user_ns[name]
+        same = torch.equal(torch.as_tensor(a), torch.as_tensor(b)) if a is not None else b is None
+        if not same:
+            differing.append(name)
+    return events, differing
+
+
+def test_a_counter_loop_that_steps_through_a_function_the_cell_defines_is_checkpointed(
+    tmp_path: Path,
+) -> None:
+    """The Sod shock-tube PINN: `def train(epoch): ... optimizer.step(closure)` and `for epoch in
+    range(...): train(epoch)` in one cell. The loop was no training loop (only functions from
+    earlier cells counted): a Ctrl-C wrote no checkpoint and --resume had nothing to continue."""
+    cell = """
+def train(epoch):
+    global k
+    k += 1
+    def closure():
+        opt.zero_grad()
+        loss = loss_fn(model(x[:64]), y[:64])
+        loss.backward()
+        return loss
+    if k == STOP:
+        raise KeyboardInterrupt
+    opt.step(closure)
+for epoch in range(1, 9):
+    train(epoch)
+"""
+    events, differing = resumed(COMMON + "k = 0\n", cell, tmp_path, stop=5)
+    assert "after 4 passes of the training loop" in events[0]
+    assert differing == []
+    summary, _ = assert_parity([COMMON, "k = 0\nSTOP = -1\n", cell])
+    assert (summary.steps, summary.epochs) == (8, 0)
+
+
+def test_a_cell_function_that_iterates_batches_makes_the_loop_calling_it_an_epoch_loop() -> None:
+    """`def train_epoch(): for xb, yb in loader: ...` and a loop over learning rates calling it,
+    in one cell: a guard for the change the test above needed (the cell's own functions now
+    count as training): the loop over the list is an epoch loop, not a batch loop."""
+    cell = """
+def train_epoch():
+    for xb, yb in loader:
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        opt.step()
+for lr in [0.1, 0.05]:
+    for group in opt.param_groups:
+        group["lr"] = lr
+    train_epoch()
+"""
+    summary, _ = assert_parity([COMMON, cell])
+    assert (summary.steps, summary.epochs, summary.samples) == (16, 2, 512)
+
+
+def test_methods_of_an_object_the_training_cell_makes_are_reached(tmp_path: Path) -> None:
+    """DA-RNN (`model = DA_rnn(...)`, then `model.train()` holding the loops) and qfettes' DQN
+    (`model = Model(...)`, then a frame loop calling `model.update(...)`), made in the training
+    cell itself: the methods were not looked into (0 epochs of 2, no checkpoint on Ctrl-C)."""
+    summary, _ = assert_parity([COMMON, TRAINER, "trainer = Trainer()\ntrainer.fit()"])
+    assert (summary.steps, summary.epochs, summary.samples) == (16, 2, 512)
+    assert any("batch loop over loader" in note for note in summary.instrumented)
+    learn = (
+        TRAINER
+        + """
+    def learn(self, t):
+        global k
+        k += 1
+        self.opt.zero_grad()
+        loss_fn(self.net(x[32 * t : 32 * t + 32]), y[32 * t : 32 * t + 32]).backward()
+        if k == STOP:
+            raise KeyboardInterrupt
+        self.opt.step()
+"""
+    )
+    cell = "agent = Trainer()\nfor t in range(8):\n    agent.learn(t)\n"
+    interrupt_then_resume([COMMON, learn, "k = 0"], cell, tmp_path, resume=False, stop=5)
+    interrupted = last_run()
+    assert interrupted is not None
+    assert "after 4 passes of the training loop" in interrupted.events[0], interrupted.events
+    assert any(p.name.startswith("step-00000004") for p in tmp_path.iterdir())
+
+
+def test_a_tqdm_range_step_loop_gets_back_what_its_passes_carry(tmp_path: Path) -> None:
+    """The normalizing-flows RealNVP notebook: `for it in tqdm(range(n))` with a history grown by
+    `np.append` and (here) a state carried from pass to pass. `range(n)` got them back on
+    --resume, `tqdm(range(n))` did not: the history lost the interrupted run's values and the
+    carried state started over, so the weights differed too."""
+    setup = COMMON + "import numpy as np\nfrom tqdm import tqdm\nk = 0\n"
+    cell = """
+h = torch.zeros(1, 8)
+hist = np.array([])
+for i in tqdm(range(8), disable=True):
+    k += 1
+    h = torch.tanh(0.5 * h + x[i : i + 1])
+    loss = loss_fn(model(x[32 * i : 32 * i + 32] + h), y[32 * i : 32 * i + 32])
+    opt.zero_grad()
+    loss.backward()
+    if k == STOP:
+        raise KeyboardInterrupt
+    opt.step()
+    hist = np.append(hist, loss.item())
+"""
+    events, differing = resumed(setup, cell, tmp_path, stop=5, names=("h", "hist"))
+    assert "after 4 passes of the training loop" in events[0]
+    assert differing == []
+
+
+def test_a_state_the_cells_own_batch_loop_carries_is_put_back_on_resume(tmp_path: Path) -> None:
+    """DSKSD's RNN language model: `hidden = model.init_hidden()` at each epoch's start, then a
+    batch loop that detaches and carries it. Resumed in the middle of an epoch, the loop skipped
+    the batches done but began from the epoch's fresh state, not from the one the last batch
+    done left: every weight differed, and nothing said so. The checkpoint now holds what the
+    cell's own batch loop carries (notebook variables), as of the batch it resumes at."""
+    setup = (
+        COMMON
+        + "cell = nn.RNNCell(8, 8)\nhead = nn.Linear(8, 2)\nk = 0\n"
+        + ("opt = torch.optim.SGD([*cell.parameters(), *head.parameters()], lr=0.1)\n")
+    )
+    loop = """
+for epoch in range(2):
+    h = torch.zeros(32, 8)
+    running = 0.0
+    for xb, yb in loader:
+        k += 1
+        h = h.detach()
+        h = cell(xb, h)
+        loss = loss_fn(head(h), yb)
+        opt.zero_grad()
+        loss.backward()
+        if k == STOP:
+            raise KeyboardInterrupt
+        opt.step()
+        running += loss.item()
+"""
+    events, differing = resumed(setup, loop, tmp_path, stop=11, names=("h", "running"))
+    assert "in epoch 2 after 2 batches" in events[0]
+    assert differing == []
