@@ -174,3 +174,52 @@ for epoch in range(2):
     events, differing = resumed(setup, loop, tmp_path, stop=11, names=("h", "running"))
     assert "in epoch 2 after 2 batches" in events[0]
     assert differing == []
+
+
+def test_an_interrupted_runs_summary_counts_what_its_checkpoint_holds(tmp_path: Path) -> None:
+    """A Ctrl-C between backward() and the optimizer step: the checkpoint takes that step back
+    and --resume redoes it, but the interrupted run's summary counted it (9 steps, 8 optimizer
+    steps, and the epoch it began), so the two runs' summaries added up to one step more than
+    the run never interrupted. Batch loops and step loops alike."""
+    batch_loop = """
+for epoch in range(2):
+    for xb, yb in loader:
+        k += 1
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        if k == STOP:
+            raise KeyboardInterrupt
+        opt.step()
+"""
+    step_loop = """
+for i in range(8):
+    k += 1
+    opt.zero_grad()
+    loss_fn(model(x[32 * i : 32 * i + 32]), y[32 * i : 32 * i + 32]).backward()
+    if k == STOP:
+        raise KeyboardInterrupt
+    opt.step()
+"""
+    for folder, loop, stop, counts in (
+        ("batches", batch_loop, 9, (8, 8, 256, 1)),
+        ("passes", step_loop, 5, (4, 4, 0, 0)),
+    ):
+        ip = interrupt_then_resume(
+            [COMMON, "k = 0"], loop, tmp_path / folder, stop=stop, resume=False
+        )
+        interrupted = last_run()
+        assert interrupted is not None
+        got = (
+            interrupted.steps,
+            interrupted.optimizer_steps,
+            interrupted.samples,
+            interrupted.epochs,
+        )
+        assert got == counts, (folder, interrupted.events)
+        ip.user_ns["STOP"] = -1
+        ip.run_cell(
+            f"%%train --checkpoint {tmp_path / folder} --display off --resume\n{loop}"
+        ).raise_error()
+        resumed_run = last_run()
+        assert resumed_run is not None
+        assert interrupted.steps + resumed_run.steps == (16 if folder == "batches" else 8)

@@ -441,9 +441,10 @@ class Batches:
             retry.restore(point)
             if holding:  # left from inside the body (break, return, an exception)
                 self._in_batch -= 1
-                if signals.count != mark:
+                if signals.count != mark and not self._checkpoints.takes_back():
                     trained = True
-                else:  # left before the batch trained (a finder's `return` as the loss explodes)
+                else:  # left before the batch trained (a finder's `return` as the loss explodes;
+                    # under --checkpoint, a Ctrl-C between backward() and the optimizer step)
                     uncount(samples)
                     self._uncounted[0] += 1
                     self._uncounted[1] += samples
@@ -540,7 +541,7 @@ class Batches:
                     timer.uncount(0)
                     if self._settle_next():  # ... but a next() fetch it had not trained on
                         self._checkpoints.taken_back = True
-                elif signals.count == mark:
+                elif signals.count == mark or self._checkpoints.takes_back():
                     timer.uncount(0)
                     self._checkpoints.taken_back = True
                 else:

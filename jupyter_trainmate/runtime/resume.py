@@ -403,6 +403,14 @@ class Checkpoints:
         )
         self._writer.wait()
 
+    def takes_back(self) -> bool:
+        """Whether the step left now (by a Ctrl-C, an exception, or a `break`) is not one the
+        checkpoints count: under --checkpoint, a step that had made no optimizer step and summed
+        no gradients (a Ctrl-C between backward() and step(): the checkpoint of the interruption
+        takes it back and --resume redoes it, so the interrupted run's summary does not count
+        it either)."""
+        return self.directory is not None and not (self.updated or self.summed)
+
     def _partial(self) -> str:
         """What the report adds when the step in progress had made some of its optimizer steps
         but fewer than a step has made before (a GAN's discriminator stepped, its generator not
