@@ -10,7 +10,9 @@ the next (`pipeline.py` runs them in this order):
 3. `plan`: where everything goes (`Plan`): `versions` binds each call to the definition live
    there, `params` turns notebook state into parameters (or module state).
 4. `emit`: the source files (`Emitted`): `imports` per module, `compose` + `sections` cut the
-   script into section functions (`display` says which only show) and `functions` writes them
+   script into section functions (`display` says which only show; `definite` which names a
+   section binds on every path, so one bound in a branch only comes in or starts as None) and
+   `functions` writes them
    and `run(config)`; `distribute` wires `run()` for `torchrun` (loaders sharded, models
    wrapped, the sections after the training on rank 0; `distributed.py` from
    `templates/distributed.py.tmpl`); `configfile`, `project` (pyproject, README, `__main__.py`

@@ -65,6 +65,7 @@ def section_function(plan: Plan, section: Section, plots: str | None) -> str:
     if section.declares:
         lines.append(f"global {', '.join(section.declares)}")
     lines += [f"{name} = {_config_value(plan, name, config)}" for name in section.config]
+    lines += [f"{name} = None  # bound below on some paths only" for name in section.unbound]
     lines += [u.code for u in section.units]
     if section.returns:
         lines.append("return " + ", ".join(section.returns))

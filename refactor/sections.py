@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from .analyze import BUILTINS
+from .definite import definitely_bound
 from .walk import children, find, isa
 
 STOP_WORDS = frozenset({"a", "an", "the", "of", "to", "for", "with", "our", "on", "in"})
@@ -83,6 +84,9 @@ class Section:
     config: tuple[str, ...]  # constants it takes from `config`
     declares: tuple[str, ...]  # module state it binds (`global`)
     display: bool
+    # what it returns, a later section reads and it binds on some paths only, nothing earlier
+    # binding it: None first (`definite`), as absent at the notebook's top level
+    unbound: tuple[str, ...] = ()
 
 
 def function_name(heading: str | None, cell: int, taken: set[str]) -> str:
@@ -135,26 +139,35 @@ def cut(
     params: list[list[str]] = []
     configs: list[list[str]] = []
     returns: list[dict[str, None]] = [{} for _ in groups]
+    read_later: list[set[str]] = [set() for _ in groups]  # returned because a later one reads it
+    maybe: list[set[str]] = []  # bound on some paths only, and nowhere before
     for index, group in enumerate(groups):
         local: set[str] = set()
+        certain: set[str] = set()  # bound on every path so far
         wanted: dict[str, None] = {}
         from_config: dict[str, None] = {}
+        unsure: set[str] = set()
+        flow = _Flow(owner, wanted, from_config, returns, read_later)
         for unit in group:
             for name in unit.reads:
-                if name in local or name in module_state:
-                    continue
-                source = owner.get(name)
-                if source == "config":
-                    from_config.setdefault(name, None)
-                elif source is not None:
-                    wanted.setdefault(name, None)
-                    if isinstance(source, int):
-                        returns[source].setdefault(name, None)
+                if name not in local and name not in module_state:
+                    flow.take(name)
+            definite = definitely_bound(unit.code)
+            if definite is None:
+                definite = frozenset(unit.binds)
+            for name in unit.binds:
+                # bound on some paths only (`if restart: opt = ...`): the other paths see the
+                # value from before, which comes in; with none before, it may stay unbound
+                fresh = name not in definite and name not in certain
+                if fresh and name not in module_state and not flow.take(name):
+                    unsure.add(name)
             local |= set(unit.binds)
+            certain |= definite
         for name in local - module_state:
             owner[name] = index
         params.append(list(wanted))
         configs.append(list(from_config))
+        maybe.append(unsure - certain)
     # the results a section leaves: bound, never rebound later, not only a loop variable
     for index, group in enumerate(groups):
         if all(u.display for u in group):
@@ -170,6 +183,12 @@ def cut(
                 # (what a training loop reads, the model above all, is what the notebook made)
                 if owner.get(name) == index and not name.startswith("_"):
                     returns[index].setdefault(name, None)
+    unbound: list[tuple[str, ...]] = []
+    for index in range(len(groups)):
+        for name in maybe[index] & set(returns[index]):
+            if name not in read_later[index]:
+                del returns[index][name]  # only a result: not returned, as possibly unbound
+        unbound.append(tuple(n for n in returns[index] if n in maybe[index]))
     out: list[Section] = []
     for index, group in enumerate(groups):
         binds = {n for u in group for n in u.binds}
@@ -190,9 +209,34 @@ def cut(
                 tuple(configs[index]),
                 tuple(sorted(binds & module_state)),
                 display,
+                unbound[index],
             )
         )
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Flow:
+    """Where a section's names come from, as `cut` fills its tables for one section."""
+
+    owner: dict[str, int | str]
+    wanted: dict[str, None]
+    from_config: dict[str, None]
+    returns: list[dict[str, None]]
+    read_later: list[set[str]]
+
+    def take(self, name: str) -> bool:
+        """`name` comes in (from `config`, `run()` or an earlier section), if anything binds it
+        before: whether something does."""
+        source = self.owner.get(name)
+        if source == "config":
+            self.from_config.setdefault(name, None)
+        elif source is not None:
+            self.wanted.setdefault(name, None)
+            if isinstance(source, int):
+                self.returns[source].setdefault(name, None)
+                self.read_later[source].add(name)
+        return source is not None
 
 
 def _deleted_after(group: list[Unit], position: int, name: str) -> bool:

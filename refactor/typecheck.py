@@ -172,16 +172,22 @@ def run_mypy(
     args = ["--ignore-missing-imports", "--cache-dir", cache_dir(), "--config-file", os.devnull,
             "--no-error-summary", "--show-error-codes", "--no-pretty", "--hide-error-context",
             "--no-color-output", "--allow-redefinition", "--follow-imports", "silent", target]  # fmt: skip
-    try:
-        files = files if files is not None else Files()
-        files.forget(folder)
-        stdout, stderr, status = _mypy(args, files, collect)
-    except (ImportError, AttributeError, TypeError):
-        # `_mypy` calls mypy's own functions, which are not its public API: a mypy whose
-        # signatures moved still checks, through `mypy.api.run` (a fresh file record each round)
-        from mypy import api
+    # mypy looks for modules in the working folder first: a folder there named as a package
+    # the notebook imports (a stray `gym/` in the folder the command runs from) would hide
+    # that package, and the result would depend on where the refactor runs. In `folder` it
+    # finds the package it checks and nothing else.
+    with contextlib.chdir(folder):
+        try:
+            files = files if files is not None else Files()
+            files.forget(folder)
+            stdout, stderr, status = _mypy(args, files, collect)
+        except (ImportError, AttributeError, TypeError):
+            # `_mypy` calls mypy's own functions, which are not its public API: a mypy whose
+            # signatures moved still checks, through `mypy.api.run` (a fresh file record each
+            # round)
+            from mypy import api
 
-        stdout, stderr, status = api.run(args)
+            stdout, stderr, status = api.run(args)
     if status not in (0, 1):
         return f"not run: mypy failed ({(stderr or stdout).strip()[:200]})"
     errors = []

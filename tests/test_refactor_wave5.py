@@ -1,0 +1,124 @@
+"""`trainmate refactor` on the failure classes the fifth wave of real notebooks found
+(benchmarks/refactor_corpus5.toml, BENCHMARKS.md "A fifth wave of real notebooks"): each a small
+notebook of our own, refactored statically; the package passes the gate and computes what the
+notebook computed when run, not only on import."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from jupyter_trainmate.refactor.definite import definitely_bound
+from tests.cli_harness import trainmate
+from tests.test_refactor_wave3 import refactored_clean, run_value
+
+
+def test_a_name_bound_in_one_branch_only_is_no_unbound_local(tmp_path: Path) -> None:
+    """Colab set-up cells (`if "google.colab" in sys.modules: data_dir = ...`) and optional
+    imports (`try: import tensorboardX; logdir = ... except ImportError: pass`): the section
+    returned the name, bound on one path only, and the package failed when run with an
+    UnboundLocalError (5 of the wave's 31 notebooks). A name a later section reads is None
+    first, as absent at the notebook's top level; one nothing reads is not returned."""
+    out = refactored_clean(
+        tmp_path,
+        "branches",
+        [
+            new_markdown_cell("## Set up"),
+            new_code_cell(
+                "import sys\n"
+                "try:\n    import no_such_module_here\n    logdir = 'runs'\n"
+                "except ImportError:\n    pass\n"
+                "if 'google.colab' in sys.modules:\n    data_dir = '/content/data'\n"
+                "    print(data_dir)\n"
+                "mode = 'fast' if len(sys.argv) > 100 else 'slow'"
+            ),
+            new_markdown_cell("## Use"),
+            new_code_cell("where = str(logdir) + '/' + mode"),
+        ],
+    )
+    assert run_value(out, "branches", "result['where']") == "None/slow"
+    code = (out / "branches" / "train.py").read_text()
+    assert "logdir = None  # bound below on some paths only" in code
+    assert "data_dir = None" not in code  # nothing reads it later: not returned
+
+
+def test_a_name_rebound_under_a_condition_keeps_the_earlier_value_on_the_other_path(
+    tmp_path: Path,
+) -> None:
+    """deepbayes' GAN seminar: an earlier section builds the optimizer, the training section
+    rebuilds it only `if restart:`, then steps it. The earlier one was dropped and the section
+    read its own local, unbound when `restart` is false: it is now passed in."""
+    out = refactored_clean(
+        tmp_path,
+        "rebind",
+        [
+            new_markdown_cell("## Build"),
+            new_code_cell("steps = []\nopt = 'first'\nrestart = False"),
+            new_markdown_cell("## Train"),
+            new_code_cell(
+                "for i in range(3):\n    if restart:\n        opt = 'second'\n"
+                "    steps.append(opt + str(i))"
+            ),
+        ],
+    )
+    assert run_value(out, "rebind", "result['steps']") == "['first0', 'first1', 'first2']"
+
+
+def test_the_type_check_does_not_depend_on_the_folder_the_refactor_runs_from(
+    tmp_path: Path,
+) -> None:
+    """mypy looks for modules in the working folder first: run from a folder holding a folder
+    named as a package the notebook imports (a stray `/tmp/gym` in the wave's run), the module
+    was that empty namespace package, mypy rejected `gym.make(...)` and the function got
+    `@no_type_check`; run from elsewhere it did not."""
+    notebook = tmp_path / "where.ipynb"
+    nbformat.write(
+        new_notebook(
+            cells=[
+                new_code_cell("import torch\nimport absent_helper_lib"),
+                new_code_cell(
+                    "def make_batch(n):\n    env = absent_helper_lib.make('toy')\n"
+                    "    return torch.zeros(n, 2), env\n\nx, env = make_batch(4)"
+                ),
+            ]
+        ),
+        notebook,
+    )
+    here = tmp_path / "here"
+    (here / "absent_helper_lib").mkdir(parents=True)
+    out = tmp_path / "out"
+    proc = trainmate("refactor", notebook, "-o", out, "--no-docs", cwd=here)
+    assert proc.returncode == 0, proc.stderr
+    assert "`@no_type_check` on 0 functions" in (out / "REFACTOR_REPORT.md").read_text()
+
+
+def test_what_top_level_code_binds_on_every_path() -> None:
+    code = """
+import os
+if os.name == "nt":
+    a = b = 1
+else:
+    a = 2
+    c = 3
+try:
+    import json as j
+    d = 1
+except ImportError:
+    d = None
+    e = 1
+for i in range(3):
+    f = i
+with open(os.devnull) as g:
+    if g.closed:
+        raise SystemExit
+    h = 1
+match a:
+    case 1:
+        k = 1
+    case _:
+        k = 2
+"""
+    assert definitely_bound(code) == {"os", "a", "d", "i", "f", "g", "h", "k"}
+    assert definitely_bound("x = (") is None
