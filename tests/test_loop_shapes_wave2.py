@@ -245,12 +245,18 @@ def test_resume_refuses_an_optimizer_made_inside_the_function_the_cell_calls(
 ) -> None:
     """pytorch/captum House_Prices_Regression_Interpret: `train(model_inp)` makes its RMSprop
     inside. It is no notebook variable, so no checkpoint holds its state; the resumed run
-    went on with a fresh one (other weights), without a word."""
-    with pytest.raises(UsageError, match="--resume: the cell steps an optimizer the checkpoint"):
+    went on with a fresh one (other weights), without a word. The interrupted run now says
+    so and writes none (it wrote one, and the resumed run refused at its first step)."""
+    events: list[str] = []
+    with pytest.raises(UsageError, match="--resume: no checkpoint in"):
         interrupt_then_resume(
-            [COMMON, "k = 0\nSTOP = -1\n", OPTIMIZER_IN_THE_FUNCTION], "fit(model)\n", tmp_path
+            [COMMON, "k = 0\nSTOP = -1\n", OPTIMIZER_IN_THE_FUNCTION],
+            "fit(model)\n",
+            tmp_path,
+            events=events,
         )
-    assert len(checkpoints(tmp_path)) == 1  # the interrupted run's, not overwritten
+    assert "no checkpoint written: the run steps an optimizer that is not a notebook" in events[0]
+    assert checkpoints(tmp_path) == []
 
 
 def test_a_sweep_trial_that_steps_no_optimizer_says_so(

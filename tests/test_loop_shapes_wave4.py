@@ -94,10 +94,31 @@ for lr in [0.1, 0.05]:
 def test_methods_of_an_object_the_training_cell_makes_are_reached(tmp_path: Path) -> None:
     """DA-RNN (`model = DA_rnn(...)`, then `model.train()` holding the loops) and qfettes' DQN
     (`model = Model(...)`, then a frame loop calling `model.update(...)`), made in the training
-    cell itself: the methods were not looked into (0 epochs of 2, no checkpoint on Ctrl-C)."""
+    cell itself: the methods were not looked into (0 epochs of 2; the frame loop not watched)."""
     summary, _ = assert_parity([COMMON, TRAINER, "trainer = Trainer()\ntrainer.fit()"])
     assert (summary.steps, summary.epochs, summary.samples) == (16, 2, 512)
     assert any("batch loop over loader" in note for note in summary.instrumented)
+    learn = (
+        TRAINER
+        + """
+    def learn(self, t):
+        self.opt.zero_grad()
+        loss_fn(self.net(x[32 * t : 32 * t + 32]), y[32 * t : 32 * t + 32]).backward()
+        self.opt.step()
+"""
+    )
+    cell = "agent = Trainer()\nfor t in range(8):\n    agent.learn(t)\n"
+    summary, _ = assert_parity([COMMON, learn, cell])
+    assert summary.steps == 8
+    assert any("loop over range(8)" in note for note in summary.instrumented)
+
+
+def test_a_ctrl_c_in_a_run_whose_optimizer_no_checkpoint_holds_writes_none(tmp_path: Path) -> None:
+    """qfettes' DQN: the agent made in the cell holds its optimizer as an attribute. The run
+    wrote a checkpoint of the notebook's variables (none of them the agent's), and the resumed
+    run, skipping the frames done with an empty replay memory, failed in the notebook's own
+    code (`random.sample` larger than the memory) before the refusal at its first step could
+    say why. The interrupted run now says it, and writes nothing."""
     learn = (
         TRAINER
         + """
@@ -112,11 +133,12 @@ def test_methods_of_an_object_the_training_cell_makes_are_reached(tmp_path: Path
 """
     )
     cell = "agent = Trainer()\nfor t in range(8):\n    agent.learn(t)\n"
-    interrupt_then_resume([COMMON, learn, "k = 0"], cell, tmp_path, resume=False, stop=5)
-    interrupted = last_run()
-    assert interrupted is not None
-    assert "after 4 passes of the training loop" in interrupted.events[0], interrupted.events
-    assert any(p.name.startswith("step-00000004") for p in tmp_path.iterdir())
+    events: list[str] = []
+    interrupt_then_resume(
+        [COMMON, learn, "k = 0"], cell, tmp_path, resume=False, stop=5, events=events
+    )
+    assert "no checkpoint written: the run steps an optimizer that is not a notebook" in events[0]
+    assert not list(tmp_path.glob("*.pt"))
 
 
 def test_a_tqdm_range_step_loop_gets_back_what_its_passes_carry(tmp_path: Path) -> None:
@@ -223,3 +245,32 @@ for i in range(8):
         resumed_run = last_run()
         assert resumed_run is not None
         assert interrupted.steps + resumed_run.steps == (16 if folder == "batches" else 8)
+
+
+def test_a_batch_of_records_is_counted_by_its_records() -> None:
+    """DSKSD's NMT and DMN notebooks: a generator yields lists of (source, target) pairs of
+    tensors, one sequence each, or a tuple whose first item is a list of per-story tensors. The
+    guess read the first tensor's leading dimension, one sequence's length: 8 samples reported
+    for 400. It counts the records now (still a guess, and said to be)."""
+    cell = """
+pairs = [(x[i : i + 1], y[i : i + 1]) for i in range(64)]
+def get_batch(data, size=16):
+    for i in range(0, len(data), size):
+        yield data[i : i + size]
+def stories():
+    yield [x[i : i + 5] for i in range(8)], y[:8]
+for epoch in range(2):
+    for batch in get_batch(pairs):
+        xb = torch.cat([p[0] for p in batch])
+        yb = torch.cat([p[1] for p in batch])
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        opt.step()
+    for facts, targets in stories():
+        opt.zero_grad()
+        loss_fn(model(torch.stack([f.sum(0) for f in facts])), targets).backward()
+        opt.step()
+"""
+    summary, _ = assert_parity([COMMON, cell])
+    assert (summary.steps, summary.samples) == (10, 2 * 64 + 2 * 8)
+    assert summary.samples_source == "batch dim 0"

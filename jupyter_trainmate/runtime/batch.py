@@ -96,21 +96,30 @@ def batch_size(batch: object) -> int:
     return 0
 
 
-def leading_size(batch: object) -> int:
-    """The leading dimension of a batch's first tensor or numpy array (0 when it has none)."""
-    size = batch_size(batch)
-    if size or isinstance(batch, torch.Tensor):
-        return size
+def leading_size(batch: object, nested: bool = False) -> int:
+    """The leading dimension of a batch's first tensor or numpy array (0 when it has none).
+
+    A batch of records is counted by its records: a list of `(source, target)` pairs or of
+    token lists (more items than its first has: `[(x, y)] * 16`, not the fields `[xs, ys]` of
+    16 each), and a list of tensors inside a batch (`(facts, masks, ...)`, a tensor per sample),
+    where the first tensor's leading dimension is one sample's length."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 0
     if isinstance(batch, np.ndarray):
         return int(batch.shape[0]) if batch.ndim else 0
     if isinstance(batch, list | tuple):
+        first = batch[0] if batch else None
+        if isinstance(first, list | tuple) and len(batch) >= len(first) > 0:
+            return len(batch)
+        if nested and type(batch) is list and isinstance(first, torch.Tensor | np.ndarray):
+            return len(batch)
         items: Iterable[object] = batch
     elif isinstance(batch, Mapping):
         items = batch.values()
     else:
-        return 0
+        return batch_size(batch)  # a dataclass of tensors, or nothing sized
     for item in items:
-        size = leading_size(item)
+        size = leading_size(item, True)
         if size:
             return size
     return 0
