@@ -16,6 +16,7 @@ continues a `%`-formatting expression is never mistaken for a magic; its output,
 | `x = !cmd` | `subprocess.run(...)` lines, with a warning |
 | `%%train OPTIONS` | a training function run by jupyter_trainmate's runtime |
 | anything else (`!wget`, `%cd`, `%%bash`, ...) | commented out, reported |
+| `pip install x`, `ls -la` with no `%`/`!` (automagic, aliases) in a cell that does not parse | as `%pip install x`, `!ls -la` (`automagic`) |
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from libcst.metadata import PositionProvider
 from nbformat.warnings import MissingIDFieldWarning
 
 from jupyter_trainmate.errors import TrainmateError
+
+from .automagic import escaped
 
 DROPPED_LINE_MAGICS = frozenset(
     [
@@ -227,6 +230,15 @@ def _python(cell: CodeCell, source: str, manager: TransformerManager, nb: Notebo
         python = transform_cell(manager, source)
     except SyntaxError:
         return source  # the parse step reports it with its line
+    if not _compiles(python):
+        # `pip install x`, `ls -la | grep y`: lines IPython's prefilter escapes as the cell runs
+        source, found = escaped(source)
+        if found:
+            python = transform_cell(manager, source)
+            for number, line in found:
+                nb.notes.append(
+                    Note(cell.number, number, "kept", f"`{line[1:]}` read as `{line}` (automagic)")
+                )
     if "get_ipython()" not in python:
         return python
     try:
@@ -235,6 +247,14 @@ def _python(cell: CodeCell, source: str, manager: TransformerManager, nb: Notebo
         return python
     wrapper = cst.MetadataWrapper(module)
     return wrapper.visit(_Magics(cell, nb)).code
+
+
+def _compiles(python: str) -> bool:
+    try:
+        compile(python, "<cell>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def transform_cell(manager: TransformerManager, source: str) -> str:

@@ -122,3 +122,23 @@ match a:
 """
     assert definitely_bound(code) == {"os", "a", "d", "i", "f", "g", "h", "k"}
     assert definitely_bound("x = (") is None
+
+
+def test_automagic_and_alias_lines_are_read_as_ipython_runs_them(tmp_path: Path) -> None:
+    """deepbayes' sparse VD seminar: `ls -lah | grep _w` in a cell. IPython runs it (`ls` is a
+    default alias; with `%automagic`, IPython's default, `pip install x` runs `%pip`), but its
+    input transformers leave such lines to the kernel's prefilter, so the refactor refused the
+    cell as Python that does not parse. They are escaped as the prefilter would escape them."""
+    out = refactored_clean(
+        tmp_path,
+        "magicless",
+        [
+            new_code_cell("pip install tqdm==4.66.1\nvalues = [1, 2, 3]"),
+            new_code_cell("ls -la | grep x.pt\nls = sorted(values)"),
+            new_code_cell("total = sum(ls)"),
+        ],
+    )
+    assert run_value(out, "magicless", "result['total']") == "6"
+    report = (out / "REFACTOR_REPORT.md").read_text()
+    assert "`ls -la | grep x.pt` read as `!ls -la | grep x.pt` (automagic)" in report
+    assert "tqdm" in (out / "pyproject.toml").read_text()
