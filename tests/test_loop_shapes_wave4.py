@@ -5,10 +5,14 @@ against the plain run (or, for --resume, against the run never interrupted)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 
 from jupyter_trainmate import last_run
+from jupyter_trainmate.runtime.session import TrainSession
+from jupyter_trainmate.runtime.summary import RunProgress
 
 from .train_harness import COMMON, assert_parity, interrupt_then_resume, run, weights
 
@@ -274,3 +278,36 @@ for epoch in range(2):
     summary, _ = assert_parity([COMMON, cell])
     assert (summary.steps, summary.samples) == (10, 2 * 64 + 2 * 8)
     assert summary.samples_source == "batch dim 0"
+
+
+def test_a_resumed_run_of_an_epoch_loop_calling_train_ends_at_its_last_epoch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The torchaudio tutorials' `for epoch in range(2): train(model, epoch)`, train() holding
+    the batch loop: a run resumed in the second epoch ended showing "epoch 1 of 2", 50% (the
+    same loop with the batch loop written inside showed 2 of 2). The epochs the counter loop
+    skipped were not counted as seen once its passes turned out to be epochs."""
+    cell = """
+def train():
+    global k
+    for xb, yb in loader:
+        k += 1
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        if k == STOP:
+            raise KeyboardInterrupt
+        opt.step()
+for epoch in range(2):
+    train()
+"""
+    seen: list[RunProgress] = []
+    close = TrainSession.close
+
+    def recorded(self: TrainSession, outcome: Any) -> Any:
+        seen.append(self.progress())
+        return close(self, outcome)
+
+    monkeypatch.setattr(TrainSession, "close", recorded)
+    interrupt_then_resume([COMMON, "k = 0"], cell, tmp_path, stop=11)
+    at_end = seen[-1]
+    assert (at_end.epoch, at_end.epochs_total, at_end.fraction) == (2, 2, 1.0)

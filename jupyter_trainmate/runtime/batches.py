@@ -482,6 +482,7 @@ class Batches:
         except TypeError:
             length = None
         parent = self._loops[-1] if self._loops else None
+        done = 0
         if parent is None and self._checkpoints.resuming:
             # `for ep in range(n): train(...)`: this loop's passes were the checkpoint's epochs
             # (no explicit epoch loop ran); skip the finished ones, as `epochs()` does
@@ -493,7 +494,8 @@ class Batches:
                 else:
                     iterable = itertools.islice(iterable, done, None)
         self._inner_loop_started(epochs=True)
-        frame = _CounterLoop(length, self.epochs_seen, self._epochs_calls)
+        # (the epochs it skipped count as seen when its passes turn out to be epochs)
+        frame = _CounterLoop(length, self.epochs_seen - max(done, 0), self._epochs_calls)
         if self._checkpoints.directory is not None and len(self._loops) <= 1:
             # `for i in range(max_steps):` drawing its own batches, or such a loop in the epochs
             # of an outer one: its passes are checkpointed
