@@ -11,7 +11,15 @@ import torch
 
 from jupyter_trainmate import last_run
 
-from .train_harness import COMMON, assert_parity, fresh_shell, interrupt_then_resume, run, weights
+from .train_harness import (
+    COMMON,
+    assert_parity,
+    fresh_shell,
+    interrupt_then_resume,
+    run,
+    stopping_step,
+    weights,
+)
 
 
 def interrupted_then_resumed(setup: str, cell: str, folder: Path) -> tuple[str, list[str]]:
@@ -365,15 +373,7 @@ def test_checkpoints_of_a_lazy_module_and_under_accumulate(tmp_path: Path) -> No
     )
     loop = "for xb, yb in loader:\n    opt.zero_grad()\n    loss_fn(model(xb), yb).backward()\n    opt.step()\n"
     assert_parity([lazy, loop], f"--checkpoint {tmp_path / 'lazy'}")
-    cell = """
-for xb, yb in loader:
-    k += 1
-    opt.zero_grad()
-    loss_fn(model(xb), yb).backward()
-    if k == STOP:
-        raise KeyboardInterrupt
-    opt.step()
-"""
+    cell = "for xb, yb in loader:\n" + stopping_step(4)
     ip = fresh_shell()
     ip.run_cell(COMMON + "k = 0\nSTOP = 3\n").raise_error()
     ip.run_cell(f"%%train --accumulate 2 --checkpoint {tmp_path / 'acc'} --display off\n{cell}")

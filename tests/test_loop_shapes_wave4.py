@@ -14,7 +14,14 @@ from jupyter_trainmate import last_run
 from jupyter_trainmate.runtime.session import TrainSession
 from jupyter_trainmate.runtime.summary import RunProgress
 
-from .train_harness import COMMON, assert_parity, interrupt_then_resume, run, weights
+from .train_harness import (
+    COMMON,
+    assert_parity,
+    interrupt_then_resume,
+    run,
+    stopping_step,
+    weights,
+)
 
 TRAINER = """
 class Trainer:
@@ -207,16 +214,7 @@ def test_an_interrupted_runs_summary_counts_what_its_checkpoint_holds(tmp_path: 
     and --resume redoes it, but the interrupted run's summary counted it (9 steps, 8 optimizer
     steps, and the epoch it began), so the two runs' summaries added up to one step more than
     the run never interrupted. Batch loops and step loops alike."""
-    batch_loop = """
-for epoch in range(2):
-    for xb, yb in loader:
-        k += 1
-        opt.zero_grad()
-        loss_fn(model(xb), yb).backward()
-        if k == STOP:
-            raise KeyboardInterrupt
-        opt.step()
-"""
+    batch_loop = "for epoch in range(2):\n    for xb, yb in loader:\n" + stopping_step(8)
     step_loop = """
 for i in range(8):
     k += 1
@@ -287,19 +285,11 @@ def test_a_resumed_run_of_an_epoch_loop_calling_train_ends_at_its_last_epoch(
     the batch loop: a run resumed in the second epoch ended showing "epoch 1 of 2", 50% (the
     same loop with the batch loop written inside showed 2 of 2). The epochs the counter loop
     skipped were not counted as seen once its passes turned out to be epochs."""
-    cell = """
-def train():
-    global k
-    for xb, yb in loader:
-        k += 1
-        opt.zero_grad()
-        loss_fn(model(xb), yb).backward()
-        if k == STOP:
-            raise KeyboardInterrupt
-        opt.step()
-for epoch in range(2):
-    train()
-"""
+    cell = (
+        "def train():\n    global k\n    for xb, yb in loader:\n"
+        + stopping_step(8)
+        + "for epoch in range(2):\n    train()\n"
+    )
     seen: list[RunProgress] = []
     close = TrainSession.close
 

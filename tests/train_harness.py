@@ -40,6 +40,21 @@ model[0].register_forward_pre_hook(refuse)
 """
 
 
+def stopping_step(indent: int) -> str:
+    """A training step on `xb, yb` that counts itself in `k` and raises KeyboardInterrupt when
+    `k` reaches STOP, between backward() and the optimizer step (`interrupt_then_resume`), as
+    lines indented by `indent` spaces."""
+    lines = [
+        "k += 1",
+        "opt.zero_grad()",
+        "loss_fn(model(xb), yb).backward()",
+        "if k == STOP:",
+        "    raise KeyboardInterrupt",
+        "opt.step()",
+    ]
+    return "".join(" " * indent + line + "\n" for line in lines)
+
+
 def fresh_shell() -> InteractiveShell:
     InteractiveShell.clear_instance()
     ip = InteractiveShell.instance()
