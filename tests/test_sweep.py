@@ -387,14 +387,16 @@ def test_timeout_starts_no_trial_after_its_seconds() -> None:
 
 def test_retries_restart_a_trial_with_its_hooks(tmp_path: Path) -> None:
     """`--retries` inside a trial: the restarted attempt is the same trial (its run record says
-    so, its log() still reports to it), and the trial completes."""
-    ip = shell("import errno\nfailed_once = False\n")
+    so, its log() still reports to it), and the trial completes. (The transient failure is
+    remembered in a list the loop appends to: a flag the batch loop rebinds is a variable it
+    carries from batch to batch, and the checkpoint puts it back as the failing batch began.)"""
+    ip = shell("import errno\nfailures = []\n")
     cell = """
 lr = jupyter_trainmate.suggest("lr", 1e-3, 0.5, log=True)
 for epoch in range(EPOCHS):
     for i, (xb, yb) in enumerate(loader):
-        if epoch == 1 and i == 3 and not failed_once:
-            failed_once = True
+        if epoch == 1 and i == 3 and not failures:
+            failures.append("EIO")
             raise OSError(errno.EIO, "Input/output error", "/data/x.pt")
         opt.zero_grad()
         loss_fn(model(xb), yb).backward()
