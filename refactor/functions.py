@@ -65,7 +65,9 @@ def section_function(plan: Plan, section: Section, plots: str | None) -> str:
     if section.declares:
         lines.append(f"global {', '.join(section.declares)}")
     lines += [f"{name} = {_config_value(plan, name, config)}" for name in section.config]
-    lines += [f"{name} = None  # bound below on some paths only" for name in section.unbound]
+    # `Any`: what binds it below may be an import, which mypy would take for a redefinition of
+    # a variable typed None (and the static types would read None as its type)
+    lines += [f"{name}: Any = None  # bound below on some paths only" for name in section.unbound]
     lines += [u.code for u in section.units]
     if section.returns:
         lines.append("return " + ", ".join(section.returns))
