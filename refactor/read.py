@@ -272,11 +272,7 @@ def transform_cell(manager: TransformerManager, source: str) -> str:
     for transform in cleanups:
         lines = transform(lines)
     text = "".join(lines)
-    try:
-        compile(text, "<cell>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
-    except (SyntaxError, ValueError):
-        return manager.transform_cell(source)
-    return text
+    return text if _compiles(text) else manager.transform_cell(source)
 
 
 def _writefile(cell: CodeCell, line: str, body: str, nb: Notebook) -> None:

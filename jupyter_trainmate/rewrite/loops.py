@@ -419,21 +419,19 @@ def carried_names(source: str) -> tuple[str, ...]:
         return ()
     carried: dict[str, None] = {}
     for statement in tree.body:
-        if isinstance(statement, ast.For) and _counts(statement.iter):
+        if isinstance(statement, ast.For) and _counts(source, statement.iter):
             carried.update(dict.fromkeys(_carried_by(statement)))
     return tuple(carried)
 
 
-def _counts(node: ast.expr) -> bool:
-    """`range(n)`, `trange(n)`, and `tqdm`/`enumerate` around them (`tqdm(range(n))`,
-    `tqdm.notebook.tqdm(...)`): what `is_range_like` calls a counter, in `ast`'s terms."""
-    if not isinstance(node, ast.Call):
+def _counts(source: str, iterable: ast.expr) -> bool:
+    """Whether the loop over `iterable` (in `source`) is over a counter, as `is_range_like`
+    says of the libcst node the rewrite wraps (`range(n)`, `tqdm(range(n))`, `trange(n)`)."""
+    code = ast.get_source_segment(source, iterable)
+    try:
+        return code is not None and is_range_like(cst.parse_expression(code))
+    except cst.ParserSyntaxError:
         return False
-    func = node.func
-    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
-    if name in RANGE_LIKE:
-        return True
-    return name in KEEP_OUTSIDE and bool(node.args) and _counts(node.args[0])
 
 
 def _carried_by(statement: ast.For) -> list[str]:
