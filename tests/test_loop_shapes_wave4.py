@@ -301,3 +301,22 @@ def test_a_resumed_run_of_an_epoch_loop_calling_train_ends_at_its_last_epoch(
     interrupt_then_resume([COMMON, "k = 0"], cell, tmp_path, stop=11)
     at_end = seen[-1]
     assert (at_end.epoch, at_end.epochs_total, at_end.fraction) == (2, 2, 1.0)
+
+
+def test_no_checkpoint_at_all_for_a_run_whose_optimizer_no_notebook_variable_holds(
+    tmp_path: Path,
+) -> None:
+    """jovian's ResNet9: `fit_one_cycle()` makes its optimizer inside. The Ctrl-C in the second
+    epoch wrote none, but the first epoch's end had: --resume took that one and refused at its
+    first step. No checkpoint of such a run is written, at an epoch's end either."""
+    cell = (
+        "def fit(epochs):\n    global k\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(epochs):\n        for xb, yb in loader:\n"
+        + stopping_step(12)
+        + "fit(2)\n"
+    )
+    events: list[str] = []
+    interrupt_then_resume([COMMON, "k = 0"], cell, tmp_path, resume=False, stop=11, events=events)
+    assert "no checkpoint written: the run steps an optimizer that is not a notebook" in events[0]
+    assert not list(tmp_path.glob("*.pt"))

@@ -52,8 +52,13 @@ class Checkpoints:
         *,
         steps: Callable[[], int],
         report: Callable[[str], None],
+        stepped: Mapping[int, int] | None = None,
     ) -> None:
         self.directory = Path(options.checkpoint) if options.checkpoint else None
+        # real optimizer steps by id(optimizer) (the session's step hook counts them): a run
+        # that stepped one no notebook variable holds gets no checkpoint (`_unheld`)
+        self._stepped: Mapping[int, int] = stepped if stepped is not None else {}
+        self.unheld = False  # a checkpoint was not written for that reason
         self.last: Path | None = None  # the newest checkpoint handed to the writer
         self.writes = True  # False in the workers of `--procs` but rank 0: they save nothing
         # Whether the weights changed since the batch in progress arrived: the optimizer steps
@@ -139,6 +144,9 @@ class Checkpoints:
         if not self.writes:
             return self.directory / name
         objects = trainable_objects(self._namespace)
+        if self._unheld(objects["optimizers"]):
+            self.unheld = True
+            return self.directory / name
         rng = rng_state() if rng is None else rng
         if torch_rng is not None:
             rng["torch"] = torch_rng
@@ -221,7 +229,7 @@ class Checkpoints:
                 self._most_updates = self.updated
             self._done += 1
             if every and steps() % every == 0:
-                self.save(self._done, epoch, carried=self._carried_values(carried))
+                self.save(self._done, epoch, carried=self._carried_now(carried))
         self._done = 0
         self._carried_at_batch = {}
         self._epoch_rng = None
@@ -303,35 +311,24 @@ class Checkpoints:
         held = _held(self._epoch_list) if self._epoch_list is not None else None
         return None if held is _CANNOT else held
 
-    def _carried_now(self) -> dict[str, Any]:
-        """The carried variables' values as a checkpoint holds them (those it can hold)."""
-        found = {}
-        for name in self.carried:
-            value = _held(self._namespace.get(name))
-            if value is not _CANNOT:
-                found[name] = value
-        return found
+    def _carried_now(self, names: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """What the step loop carries (`carried`), or `names`, now, as a checkpoint holds it
+        (what it cannot hold is left out: the resumed run names it)."""
+        namespace = self._namespace
+        listed = self.carried if names is None else names
+        return _held_values({n: namespace[n] for n in listed if n in namespace})
 
-    def _carried_values(self, names: tuple[str, ...], at_batch: bool = False) -> dict[str, Any]:
-        """The batch loop's carried variables as a checkpoint holds them: now (after a batch),
-        or (`at_batch`) as the batch in progress arrived, leaving out a tensor it changed in
-        place since; those it cannot hold are left out (the resumed run names them)."""
-        if not names:
-            return {}
-        if at_batch:
-            values = {
+    def _carried_as_batch_began(self) -> dict[str, Any]:
+        """What the batch loop carries, as the batch in progress arrived; a tensor the batch
+        changed in place since is left out."""
+        versions = self._carried_versions
+        return _held_values(
+            {
                 n: v
                 for n, v in self._carried_at_batch.items()
-                if not isinstance(v, torch.Tensor) or v._version == self._carried_versions.get(n)
+                if not isinstance(v, torch.Tensor) or v._version == versions.get(n)
             }
-        else:
-            values = {n: self._namespace[n] for n in names if n in self._namespace}
-        found = {}
-        for name, value in values.items():
-            held = _held(value)
-            if held is not _CANNOT:
-                found[name] = held
-        return found
+        )
 
     def _restore_carried(self, carried: dict[str, Any]) -> None:
         namespace = self._namespace
@@ -339,9 +336,27 @@ class Checkpoints:
             for name, value in carried.items():
                 namespace[name] = _unheld(value)
 
+    def _unheld(self, optimizers: Mapping[str, Any]) -> bool:
+        """Whether the run stepped an optimizer that none of the notebook's variables holds (a
+        function's local, an agent's attribute): a checkpoint holds the notebook's variables,
+        so one written now could not continue the run (the resumed run would refuse at its
+        first step, or fail in the cell's own code before it: an agent's replay memory, made
+        anew, holding fewer samples than it asks for)."""
+        held = {id(o) for o in optimizers.values()}
+        return any(n and key not in held for key, n in self._stepped.items())
+
     def after_error(self, what: str) -> None:
         """On Ctrl-C or an exception: save the last complete step and say how to continue."""
         if self.directory is None:
+            return
+        if self.unheld or self._unheld(trainable_objects(self._namespace)["optimizers"]):
+            self._report(
+                f"{what}: no checkpoint written: the run steps an optimizer that is not a "
+                "notebook variable (a function it calls makes it as a local variable, or "
+                "another object holds it as an attribute), and a checkpoint holds the "
+                "notebook's own variables, so --resume could not continue this run; make the "
+                "model and optimizer notebook variables to checkpoint it"
+            )
             return
         loop = self._interrupted_pass
         if not self._in_body and self._done == 0 and loop is not None:  # in a step loop's pass
@@ -380,7 +395,7 @@ class Checkpoints:
         names = tuple(self._carried_at_batch)
         if self._in_body and (self.updated or self.summed):  # it had updated them: it counts
             done += 1
-            path = self.save(done, epoch, carried=self._carried_values(names))
+            path = self.save(done, epoch, carried=self._carried_now(names))
         elif self._in_body and done == 0 and self._epoch_rng is not None:
             # The epoch's first batch had not: a resume starts this epoch afresh, and its
             # iter() draws the order again, so the generators go back to before that draw (not
@@ -393,10 +408,10 @@ class Checkpoints:
                 torch_rng=self._rng_after_fetch,
                 undone=1,
                 buffers=self._buffers,
-                carried=self._carried_values(names, at_batch=True),
+                carried=self._carried_as_batch_began(),
             )
         else:
-            path = self.save(done, epoch, carried=self._carried_values(names))
+            path = self.save(done, epoch, carried=self._carried_now(names))
         self._report(
             f"{what} in epoch {epoch + 1} after {done} batches: checkpoint {path}; "
             "continue with %%train --resume" + (self._partial() if self._in_body else "")
@@ -631,11 +646,10 @@ class Checkpoints:
         lost = [n for n in self.batch_carried if n not in carried]
         if lost:
             self._report(
-                f"--resume: {', '.join(lost)} carr{'y' if len(lost) > 1 else 'ies'} from batch "
-                f"to batch and start{'' if len(lost) > 1 else 's'} over here, not as after batch "
-                f"{position}: the checkpoint could not hold {'them' if len(lost) > 1 else 'it'} "
-                "(changed in place, or not tensors, arrays or numbers), so the rest of this "
-                "epoch can differ from a run never interrupted"
+                f"--resume: carried from batch to batch, not in the checkpoint (changed in "
+                f"place, or not tensors, arrays or numbers): {', '.join(lost)}; they start over "
+                f"here, not as after batch {position}, so the rest of this epoch can differ from "
+                "a run never interrupted"
             )
         return source, position
 
@@ -661,6 +675,16 @@ class _Passes:
 
 _CANNOT = object()
 _SCALARS = (bool, int, float, str, type(None))
+
+
+def _held_values(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` as a checkpoint holds them (`_held`), without those it cannot hold."""
+    found = {}
+    for name, value in values.items():
+        held = _held(value)
+        if held is not _CANNOT:
+            found[name] = held
+    return found
 
 
 def _held(value: Any) -> Any:

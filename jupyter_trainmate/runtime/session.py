@@ -40,7 +40,6 @@ from ..errors import TrainmateError
 from .accumulation import Accumulation
 from .amp import AmpPolicy, resolve_amp
 from .batches import Batches, BatchLoop
-from .checkpoint import trainable_objects
 from .device import Placement
 from .guarding import Guards
 from .loader import LoaderInfo
@@ -112,7 +111,13 @@ class TrainSession:
         )
         self._step_counts = self.stepping.counts  # for the hook: one dict update per step
         self.checkpoints = Checkpoints(
-            options, namespace, self.accumulation, self.scaler, steps=steps, report=report
+            options,
+            namespace,
+            self.accumulation,
+            self.scaler,
+            steps=steps,
+            report=report,
+            stepped=self._step_counts,
         )
         self._batches = Batches(
             prefetch=placement.prefetch_mode,
@@ -218,22 +223,7 @@ class TrainSession:
         self._exit.callback(handle.remove)
 
     def checkpoint_after_error(self, what: str) -> None:
-        """On Ctrl-C or an exception: save the last complete step and say how to continue;
-        or, when the run stepped an optimizer that is no notebook variable (a checkpoint holds
-        the notebook's own variables), say that --resume could not continue it, and write none
-        (the resumed run would refuse at its first step, or fail in the cell's own code before
-        it: an agent's replay memory, made anew, holding fewer samples than it asks for)."""
-        if self.checkpoints.directory is not None:
-            held = {id(o) for o in trainable_objects(self._namespace)["optimizers"].values()}
-            if any(n and key not in held for key, n in self._step_counts.items()):
-                self.event(
-                    f"{what}: no checkpoint written: the run steps an optimizer that is not a "
-                    "notebook variable (a function it calls makes it as a local variable, or "
-                    "another object holds it as an attribute), and a checkpoint holds the "
-                    "notebook's own variables, so --resume could not continue this run; make "
-                    "the model and optimizer notebook variables to checkpoint it"
-                )
-                return
+        """On Ctrl-C or an exception: save the last complete step and say how to continue."""
         self.checkpoints.after_error(what)
 
     def start(self) -> None:
