@@ -8,7 +8,9 @@ the next (`pipeline.py` runs them in this order):
 2. `analyze`: every top-level statement as an `Item` (what it binds and reads, the reads from
    `globalnames`: CPython's `symtable` over `ast`), bad cells.
 3. `plan`: where everything goes (`Plan`): `versions` binds each call to the definition live
-   there, `params` turns notebook state into parameters (or module state).
+   there (after `renames`: the package's own names, and an import a later value or definition
+   replaces becomes a version), `params` turns notebook state into parameters (or module
+   state).
 4. `emit`: the source files (`Emitted`): `imports` per module, `compose` + `sections` cut the
    script into section functions (`display` says which only show; `definite` which names a
    section binds on every path, so one bound in a branch only comes in or starts as None) and

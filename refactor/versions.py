@@ -27,7 +27,8 @@ import libcst as cst
 
 from .analyze import BUILTINS, Item
 from .read import Note
-from .transform import aliased_import, rename_heads, rename_loads, rename_reads
+from .renames import local_names, rebound_imports, reserved_names
+from .transform import rename_heads, rename_loads
 
 
 @dataclass(frozen=True)
@@ -49,103 +50,10 @@ class Versions:
     notes: tuple[Note, ...]
 
 
-def _local_names(fn: cst.CSTNode) -> set[str]:
-    """Names a def binds itself (parameters and assignments): not references to a global."""
-    found: set[str] = set()
-    if isinstance(fn, cst.FunctionDef):
-        p = fn.params
-        for param in [*p.posonly_params, *p.params, *p.kwonly_params]:
-            found.add(param.name.value)
-        for star in (p.star_arg, p.star_kwarg):
-            if isinstance(star, cst.Param):
-                found.add(star.name.value)
-    return found
-
-
-RESERVED = {"run": "run_notebook", "Config": "NotebookConfig", "resolve_device": "resolve_device_"}
-
-
-def _reserved(items: list[Item]) -> tuple[list[Item], list[Note]]:
-    """The package's own names (`run`, `Config`): a notebook definition of one is renamed."""
-    defined = {it.name for it in items if it.kind in ("function", "class")}
-    renames = {old: new for old, new in RESERVED.items() if old in defined}
-    if not renames:
-        return items, []
-    out: list[Item] = []
-    notes: list[Note] = []
-    for item in items:
-        hit = {k: v for k, v in renames.items() if k in item.reads or k == item.name}
-        if not hit:
-            out.append(item)
-            continue
-        node = rename_reads(item.node, hit)
-        name = hit.get(item.name or "", item.name)
-        if isinstance(node, cst.FunctionDef | cst.ClassDef) and name is not None:
-            node = node.with_changes(name=cst.Name(name))
-            notes.append(
-                Note(item.cell.number, item.line, "kept", f"{item.name}: renamed {name} (the "
-                     "package's own name)")
-            )  # fmt: skip
-        reads = tuple(hit.get(r, r) for r in item.reads)
-        binds = tuple(hit.get(b, b) for b in item.binds)
-        out.append(dataclasses.replace(item, node=node, name=name, reads=reads, binds=binds))
-    return out, notes
-
-
-def _rebound_imports(items: list[Item]) -> tuple[list[Item], list[Note]]:
-    """An imported name a later statement rebinds (`from tqdm import tqdm`, then `tqdm =
-    partial(tqdm, leave=True)`) is a version too: the import binds `tqdm_v1`, the statements up
-    to and including the rebinding read that, and the value keeps the name. A section function
-    holding the rebinding would otherwise read its own local `tqdm` before binding it."""
-    imported: dict[str, int] = {}  # name -> index of the import item binding it now
-    rebound: dict[str, tuple[int, int]] = {}  # name -> (import index, rebinding index)
-    for index, item in enumerate(items):
-        if item.kind == "import":
-            imported.update(dict.fromkeys(item.binds, index))
-        elif item.kind in ("statement", "constant"):
-            for name in item.binds:
-                if name in imported and name not in rebound:
-                    rebound[name] = (imported.pop(name), index)
-        elif item.name in imported:
-            imported.pop(item.name)  # a definition replaces the import: the versions' own case
-    if not rebound:
-        return items, []
-    taken = {n for it in items for n in it.binds} | set(BUILTINS)
-    out = list(items)
-    notes: list[Note] = []
-    for name, (at, until) in sorted(rebound.items(), key=lambda kv: kv[1]):
-        alias = f"{name}_v1"
-        while alias in taken or keyword.iskeyword(alias):
-            alias += "_"
-        node = aliased_import(out[at].node, name, alias)
-        if node is None:
-            continue  # `import a.b` binds `a`: no alias can bind the same
-        taken.add(alias)
-        binds = tuple(alias if b == name else b for b in out[at].binds)
-        out[at] = dataclasses.replace(out[at], node=node, binds=binds)
-        for index in range(at + 1, until + 1):
-            item = out[index]
-            if item.kind in ("statement", "constant") and name in item.reads:
-                reads = tuple(alias if r == name else r for r in item.reads)
-                node = rename_loads(item.node, {name: alias})
-                out[index] = dataclasses.replace(item, node=node, reads=reads)
-        later = out[until]
-        notes.append(
-            Note(
-                out[at].cell.number,
-                out[at].line,
-                "kept",
-                f"{name}: imported as `{alias}`: cell {later.cell.number} rebinds `{name}` to "
-                "a value, which keeps the name",
-            )
-        )
-    return out, notes
-
-
 def resolve(items: list[Item], exported_only: bool = False) -> Versions:
     """Bind every reference of a name defined more than once to the version live there."""
-    items, reserved = _reserved(items)
-    items, imported = _rebound_imports(items)
+    items, reserved = reserved_names(items)
+    items, imported = rebound_imports(items)
     reserved = [*reserved, *imported]
     definitions: dict[str, list[int]] = {}  # name -> indexes in `items` of its definitions
     for index, item in enumerate(items):
@@ -191,7 +99,7 @@ def resolve(items: list[Item], exported_only: bool = False) -> Versions:
         if item.name in multiple and index in multiple[item.name]:
             live[item.name] = index  # before its body: a recursive call is to itself
         is_def = item.kind in ("function", "class")
-        own = _local_names(item.node) if item.kind == "function" else set()
+        own = local_names(item.node) if item.kind == "function" else set()
         for name in item.reads:
             if name not in multiple or name in own:
                 continue

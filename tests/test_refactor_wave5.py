@@ -142,3 +142,32 @@ def test_automagic_and_alias_lines_are_read_as_ipython_runs_them(tmp_path: Path)
     report = (out / "REFACTOR_REPORT.md").read_text()
     assert "`ls -la | grep x.pt` read as `!ls -la | grep x.pt` (automagic)" in report
     assert "tqdm" in (out / "pyproject.toml").read_text()
+
+
+def test_an_import_the_notebook_later_redefines_is_read_before_the_definition(
+    tmp_path: Path,
+) -> None:
+    """FilippoMB's diffusion notebook: `from torchvision import transforms`, code that uses it,
+    then the notebook's own `def transforms`. The package kept only the definition ("the
+    package uses its definition"), so the code before it ran the later function. The import is
+    now a version of its own (`sqrt_v1`), read by the statements before the definition and by
+    the functions defined before it; the definition keeps the name."""
+    out = refactored_clean(
+        tmp_path,
+        "shadowed",
+        [
+            new_markdown_cell("## Set up"),
+            new_code_cell("from math import sqrt"),
+            new_code_cell("def hypot(a, b):\n    return sqrt(a * a + b * b)"),
+            new_code_cell("first = sqrt(16.0)\nside = hypot(3.0, 4.0)"),
+            new_markdown_cell("## Our own"),
+            new_code_cell("def sqrt(x):\n    return x ** 0.5 + 1"),
+            new_code_cell("second = sqrt(16.0)"),
+        ],
+    )
+    assert run_value(out, "shadowed", "result['first'], result['side'], result['second']") == (
+        "4.0 5.0 5.0"
+    )
+    report = (out / "REFACTOR_REPORT.md").read_text()
+    assert "sqrt: imported as `sqrt_v1`" in report
+    assert "the package uses its definition" not in report
