@@ -69,6 +69,7 @@ class _Emitter:
         self.imports: Imports = imports_of(plan)
         self.imports.lines.setdefault("subprocess", "import subprocess")  # `x = !cmd` lines
         self.imports.lines.setdefault("Any", "from typing import Any")
+        self.imports.lines.setdefault("TYPE_CHECKING", "from typing import TYPE_CHECKING")
         self.imports.lines.setdefault("jupyter_trainmate", "import jupyter_trainmate")
 
     def transformed(

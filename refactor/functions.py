@@ -7,12 +7,14 @@ section calls, the display-only ones under `if config.plots:`.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from .analyze import Item
+from .cut import parsed
 from .distribute import MODULE, Wiring, device_line, in_cell
 from .plan import Plan
 from .sections import Section
@@ -66,8 +68,19 @@ def section_function(plan: Plan, section: Section, plots: str | None) -> str:
         lines.append(f"global {', '.join(section.declares)}")
     lines += [f"{name} = {_config_value(plan, name, config)}" for name in section.config]
     # `Any`: what binds it below may be an import, which mypy would take for a redefinition of
-    # a variable typed None (and the static types would read None as its type)
-    lines += [f"{name}: Any = None  # bound below on some paths only" for name in section.unbound]
+    # a variable typed None (and the static types would read None as its type). One an import
+    # binds starts out of mypy's sight: mypy takes the import of a module it cannot find for a
+    # redefinition of any variable before it (`try: import tensorboardX`: `@no_type_check` on
+    # the section, for code that is fine), and types it from the import where it finds one
+    imported = _imported(section)
+    for name in section.unbound:
+        if name in imported:
+            lines += [
+                "if not TYPE_CHECKING:  # bound below on some paths only",
+                f"    {name}: Any = None",
+            ]
+        else:
+            lines.append(f"{name}: Any = None  # bound below on some paths only")
     lines += [u.code for u in section.units]
     if section.returns:
         lines.append("return " + ", ".join(section.returns))
@@ -81,6 +94,26 @@ def section_function(plan: Plan, section: Section, plots: str | None) -> str:
     returns = returns_annotation(section.returns)
     body = _indent(doc.replace("\\", "\\\\") + "\n" + "\n".join(lines))
     return f"def {section.name}({signature}){returns}:\n{body}\n"
+
+
+def _imported(section: Section) -> set[str]:
+    """The names an import statement of the section binds (in a `try`, a branch, anywhere but
+    a function or a class of its own)."""
+    names: set[str] = set()
+    blocks = [tree.body for unit in section.units if (tree := parsed(unit.code)) is not None]
+    while blocks:
+        for node in blocks.pop():
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                blocks += [
+                    getattr(node, f) for f in ("body", "orelse", "finalbody") if hasattr(node, f)
+                ]
+                blocks += [
+                    part.body
+                    for part in [*getattr(node, "handlers", ()), *getattr(node, "cases", ())]
+                ]
+    return names
 
 
 def run_function(

@@ -171,3 +171,31 @@ def test_an_import_the_notebook_later_redefines_is_read_before_the_definition(
     report = (out / "REFACTOR_REPORT.md").read_text()
     assert "sqrt: imported as `sqrt_v1`" in report
     assert "the package uses its definition" not in report
+
+
+def test_an_optional_import_of_a_module_mypy_cannot_find_keeps_its_section_checked(
+    tmp_path: Path,
+) -> None:
+    """CSCfi's GTSRB notebook and DTU's VAE exercise: `try: import tensorboardX` in a set-up
+    section, read by a later one. The name starts as None (bound on some paths only), and mypy
+    took the import of a module it cannot find for a redefinition of that variable: the
+    section got `@no_type_check` for code that is fine. The None is now bound out of mypy's
+    sight (`if not TYPE_CHECKING:`), the section stays checked and still runs."""
+    out = refactored_clean(
+        tmp_path,
+        "optional",
+        [
+            new_markdown_cell("## Set up"),
+            new_code_cell(
+                "steps = 3\ntry:\n    import no_such_tensorboard_module as board\n"
+                "except ImportError:\n    pass"
+            ),
+            new_markdown_cell("## Use"),
+            new_code_cell("logged = board is not None\ntotal = steps * 2"),
+        ],
+    )
+    assert run_value(out, "optional", "result['logged'], result['total']") == "False 6"
+    code = (out / "optional" / "train.py").read_text()
+    assert "@no_type_check" not in code
+    assert "if not TYPE_CHECKING:  # bound below on some paths only" in code
+    assert "`@no_type_check` on 0 functions" in (out / "REFACTOR_REPORT.md").read_text()
