@@ -70,6 +70,9 @@ class _Emitter:
         self.imports.lines.setdefault("subprocess", "import subprocess")  # `x = !cmd` lines
         self.imports.lines.setdefault("Any", "from typing import Any")
         self.imports.lines.setdefault("TYPE_CHECKING", "from typing import TYPE_CHECKING")
+        # IPython puts these in a notebook's namespace: a module that uses one imports it
+        self.imports.lines.setdefault("display", "from IPython.display import display")
+        self.imports.lines.setdefault("get_ipython", "from IPython import get_ipython")
         self.imports.lines.setdefault("jupyter_trainmate", "import jupyter_trainmate")
 
     def transformed(

@@ -73,12 +73,17 @@ def _name(message: str) -> str | None:
     return found.group(1) if found else None
 
 
+# What IPython puts in a notebook's namespace (`emit` imports them where the package uses them)
+PRELUDE = "from IPython import get_ipython\nfrom IPython.display import display\n"
+
+
 def notebook_findings(nb: Notebook, skipped: set[int]) -> tuple[Finding, ...]:
-    """The notebook's own code, as one script: its undefined names, by cell and line."""
+    """The notebook's own code, as one script after `PRELUDE`: its undefined names, by cell
+    and line."""
     starts: list[int] = []
     cells: list[int] = []
-    parts: list[str] = []
-    line = 1
+    parts: list[str] = [PRELUDE]
+    line = 1 + PRELUDE.count("\n")
     for cell in nb.cells:
         if cell.number in skipped or not cell.python.strip():
             continue

@@ -35,14 +35,20 @@ RESERVED = {"run": "run_notebook", "Config": "NotebookConfig", "resolve_device":
 
 
 def reserved_names(items: list[Item]) -> tuple[list[Item], list[Note]]:
-    """The package's own names (`run`, `Config`): a notebook definition of one is renamed."""
+    """The package's own names (`run`, `Config`): a notebook definition of one is renamed, and
+    so is an import of one (`from utils.hyperparameters import Config as NotebookConfig`: the
+    package's `train.py` imports its own `Config`, F811 and the wrong class otherwise)."""
     defined = {it.name for it in items if it.kind in ("function", "class")}
-    renames = {old: new for old, new in RESERVED.items() if old in defined}
+    imported = {n for it in items if it.kind == "import" for n in it.binds}
+    renames = {old: new for old, new in RESERVED.items() if old in defined | imported}
     if not renames:
         return items, []
     out: list[Item] = []
     notes: list[Note] = []
     for item in items:
+        if item.kind == "import":
+            out.append(_reserved_import(item, renames, notes))
+            continue
         hit = {k: v for k, v in renames.items() if k in item.reads or k == item.name}
         if not hit:
             out.append(item)
@@ -59,6 +65,21 @@ def reserved_names(items: list[Item]) -> tuple[list[Item], list[Note]]:
         binds = tuple(hit.get(b, b) for b in item.binds)
         out.append(dataclasses.replace(item, node=node, name=name, reads=reads, binds=binds))
     return out, notes
+
+
+def _reserved_import(item: Item, renames: dict[str, str], notes: list[Note]) -> Item:
+    """An import binding a name of `renames`, bound under the new name instead."""
+    node, binds = item.node, item.binds
+    for old, new in renames.items():
+        aliased = aliased_import(node, old, new) if old in binds else None
+        if aliased is None:
+            continue  # not bound here, or `import a.b` (binds `a`: no alias binds the same)
+        node, binds = aliased, tuple(new if b == old else b for b in binds)
+        notes.append(
+            Note(item.cell.number, item.line, "kept", f"{old}: imported as `{new}` (the "
+                 "package's own name)")
+        )  # fmt: skip
+    return dataclasses.replace(item, node=node, binds=binds)
 
 
 def rebound_imports(items: list[Item]) -> tuple[list[Item], list[Note]]:
