@@ -418,8 +418,12 @@ class _Magics(cst.CSTTransformer):
 
     def _statement(
         self, node: cst.SimpleStatementLine, call: tuple[str, list[str]], code: str
-    ) -> cst.BaseStatement | cst.RemovalSentinel:
+    ) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel:
         method, args = call
+        if method == "run_line_magic" and len(args) == 2 and args[0] == "run":
+            inlined = self._inlined(node, args[1])
+            if inlined is not None:
+                return inlined
         if method == "system" and args:
             requirements = requirements_from(args[0].strip())
             if requirements is not None:
@@ -452,6 +456,40 @@ class _Magics(cst.CSTTransformer):
                 return kept.with_changes(leading_lines=node.leading_lines)
         self._note(node, "commented", f"`{_magic_text(method, args)}`: not converted; commented")
         return _commented(node, _magic_text(method, args))
+
+    def _inlined(
+        self, node: cst.SimpleStatementLine, line: str
+    ) -> cst.FlattenSentinel[cst.BaseStatement] | None:
+        """`%run -i path` (or `%run path`) of a Python file the notebook wrote above with
+        `%%writefile`: its code, as written then, in place of the line (`-i` runs it in the
+        notebook's namespace, as the inlined statements do; a plain `%run` puts what it binds
+        there). The book-style notebook keeps its steps in files (`%%writefile
+        model_training/v1.py`, then `%run -i model_training/v1.py`): commented out, the
+        package's sections skipped the data preparation and the training. The lines after it
+        in the cell move down by the file's length. None: another `%run` (other options,
+        arguments, a file the notebook did not write), which stays commented out."""
+        try:
+            args = shlex.split(line)
+        except ValueError:
+            return None
+        paths = [a for a in args if not a.startswith("-")]
+        if len(paths) != 1 or {a for a in args if a.startswith("-")} - {"-i"}:
+            return None
+        target = Path(paths[0]).as_posix()
+        code = self.nb.files.get(target) if target.endswith(".py") else None
+        try:
+            module = cst.parse_module(code) if code else None
+        except cst.ParserSyntaxError:
+            module = None
+        if module is None or not module.body:
+            return None
+        comment = cst.EmptyLine(comment=cst.Comment(f"# notebook: %run {line} (inlined)"))
+        first = module.body[0]
+        first = first.with_changes(leading_lines=[*node.leading_lines, comment])
+        self._note(
+            node, "kept", f"`%run {line}`: the code of {target}, which the notebook wrote, inlined"
+        )
+        return cst.FlattenSentinel([first, *module.body[1:]])
 
 
 def _magic_text(method: str, args: list[str]) -> str:

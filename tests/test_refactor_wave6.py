@@ -9,6 +9,7 @@ from pathlib import Path
 
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
+from tests.test_refactor_gate_classes import refactored
 from tests.test_refactor_wave3 import refactored_clean, run_value
 
 
@@ -59,3 +60,37 @@ def test_an_import_named_as_the_packages_own_config_or_run_is_renamed(tmp_path: 
     code = (out / "named" / "train.py").read_text()
     assert "from collections import Counter as NotebookConfig" in code
     assert "from subprocess import run as run_notebook" in code
+
+
+def test_a_file_the_notebook_wrote_and_runs_with_run_i_is_inlined(tmp_path: Path) -> None:
+    """dvgodoy's PyTorch Step-by-Step: each step is a file the notebook writes (`%%writefile
+    model_training/v1.py`) and runs in its namespace (`%run -i model_training/v1.py`). The
+    `%run` lines were commented out: the package's sections skipped the data preparation and
+    the training. The code of the file, as the notebook wrote it by then, now stands in
+    place of the line; a `%run` of a file the notebook did not write stays commented."""
+    out = refactored(
+        tmp_path,
+        "steps",
+        [
+            new_markdown_cell("# Steps"),
+            new_markdown_cell("## Data"),
+            new_code_cell("xs = [1.0, 2.0, 3.0]"),
+            new_code_cell("%%writefile prep/v1.py\n\ntotal = sum(xs)\nscale = 2.0"),
+            new_code_cell("%run -i prep/v1.py"),
+            new_markdown_cell("## Train"),
+            new_code_cell(
+                "%%writefile fit/v1.py\n\nlosses = []\nfor epoch in range(3):\n"
+                "    losses.append(total * scale + epoch)"
+            ),
+            new_code_cell("%run -i fit/v1.py\nlast = losses[-1]"),
+            new_code_cell("%%writefile fit/v1.py\n\nlosses = [0.0]"),
+            new_code_cell("%run -i fit/v1.py\n%run -i elsewhere/absent.py\ncount = len(losses)"),
+        ],
+    )
+    # the files stay in the package as the notebook wrote them (its own undefined names there,
+    # `xs` read from the notebook's namespace, are listed in the report, not the refactor's)
+    assert "gate: 0 (" in (out / "REFACTOR_REPORT.md").read_text()
+    assert run_value(out, "steps", "result['last'], result['count']") == "14.0 1"
+    code = (out / "steps" / "train.py").read_text()
+    assert code.count("# notebook: %run -i fit/v1.py (inlined)") == 2
+    assert "%run -i elsewhere/absent.py (not converted)" in code
