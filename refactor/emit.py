@@ -35,7 +35,7 @@ from .project import (
 from .read import Note
 from .transform import CallSites, add_parameters
 from .walk import walk
-from .writefiles import with_imports
+from .writefiles import imported_modules, module_names, with_imports
 
 __all__ = ["Emitted", "TrainCell", "emit"]
 
@@ -186,7 +186,15 @@ def emit(plan: Plan) -> Emitted:
     files[f"{pkg}/__main__.py"] = main_module(pkg, title, distributed, sweep)
     if distributed:
         files[f"{pkg}/{MODULE}.py"] = distributed_module(pkg)
+    imported = imported_modules(item.code for item in plan.imports)
+    notes: list[Note] = []
     for path, text in sorted(nb.files.items()):
+        if path in nb.inlined and not module_names(path) & imported:
+            # only run with `%run` (its code stands there): a copy would be a module of the
+            # notebook's undefined names
+            note = f"{path}: not written: the notebook only ran it with %run, inlined there"
+            notes.append(Note(nb.inlined[path], None, "file", note))
+            continue
         files[path] = with_imports(path, text, e.imports)
     files["pyproject.toml"] = pyproject(plan, e.imports.lines.values(), files)
     files["README.md"] = readme(plan, title, script.plots, distributed)
@@ -195,7 +203,7 @@ def emit(plan: Plan) -> Emitted:
     files["MODEL_CARD.md"] = model_card(plan)
     return Emitted(
         files,
-        (*e.imports.notes, *script.notes),
+        (*e.imports.notes, *script.notes, *notes),
         places,
         {n: p.params for n, p in plan.placed.items()},
         script.train_cells,

@@ -13,6 +13,7 @@ continues a `%`-formatting expression is never mistaken for a magic; its output,
 | `%matplotlib`, `%load_ext`, `%autoreload`, `%watermark`, `%config`, help (`obj?`) ... | dropped |
 | `%time stmt`, `%timeit stmt`, `%%time`, `%%timeit`, `%%capture` | the statement / body kept |
 | `%%writefile [-a] path` | `path` emitted into the package (a `.py` with the notebook's imports it reads) |
+| `%run -i path`, `%run path` of a `.py` the notebook wrote above | the file's code as written then, in place of the line (the file is not emitted if nothing imports it) |
 | `x = !cmd` | `subprocess.run(...)` lines, with a warning |
 | `%%train OPTIONS` | a training function run by jupyter_trainmate's runtime |
 | anything else (`!wget`, `%cd`, `%%bash`, ...) | commented out, reported |
@@ -125,6 +126,7 @@ class Notebook:
     title: str | None = None
     dependencies: dict[str, str] = field(default_factory=dict)  # requirement -> where seen
     files: dict[str, str] = field(default_factory=dict)  # %%writefile path -> content
+    inlined: dict[str, int] = field(default_factory=dict)  # path -> first cell `%run` inlined it
     notes: list[Note] = field(default_factory=list)
     uses_nbdev: bool = False
 
@@ -288,7 +290,10 @@ def _writefile(cell: CodeCell, line: str, body: str, nb: Notebook) -> None:
     if body and not body.endswith("\n"):
         body += "\n"  # as IPython passes a cell magic its body
     nb.files[target] = (nb.files.get(target, "") if append else "") + body
-    nb.notes.append(Note(cell.number, 1, "file", f"%%writefile {target}: emitted into the package"))
+    nb.notes.append(
+        Note(cell.number, 1, "file", f"%%writefile {target}: into the package (or, if only `%run` "
+             "runs it, its code where it runs)")
+    )  # fmt: skip
 
 
 def _literal(node: cst.BaseExpression) -> str | None:
@@ -489,6 +494,7 @@ class _Magics(cst.CSTTransformer):
         self._note(
             node, "kept", f"`%run {line}`: the code of {target}, which the notebook wrote, inlined"
         )
+        self.nb.inlined.setdefault(target, self.cell.number)
         return cst.FlattenSentinel([first, *module.body[1:]])
 
 

@@ -12,8 +12,11 @@ they are.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import symtable
+from collections.abc import Iterable
+from pathlib import PurePosixPath
 
 from .imports import Imports
 
@@ -60,3 +63,30 @@ def with_imports(path: str, text: str, imports: Imports) -> str:
         first, _, rest = rest.partition("\n")
         head += first + "\n"
     return head + HEADER + "".join(f"{line}\n" for line in lines) + "\n" + rest
+
+
+def imported_modules(statements: Iterable[str]) -> set[str]:
+    """The modules import statements name (`import a.b`: `a.b`; `from a import b`: `a` and
+    `a.b`, which may be a module too)."""
+    found: set[str] = set()
+    for code in statements:
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.add(node.module)
+                found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+def module_names(path: str) -> set[str]:
+    """The names an import could reach the file `path` by (`prep/v1.py`: `prep.v1`, and `v1`
+    from its own folder on `sys.path`); none for a file that is not Python."""
+    pure = PurePosixPath(path)
+    if pure.suffix != ".py":
+        return set()
+    return {".".join(pure.with_suffix("").parts), pure.stem}

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
-from tests.test_refactor_gate_classes import refactored
 from tests.test_refactor_wave3 import refactored_clean, run_value
 
 
@@ -67,12 +66,12 @@ def test_a_file_the_notebook_wrote_and_runs_with_run_i_is_inlined(tmp_path: Path
     model_training/v1.py`) and runs in its namespace (`%run -i model_training/v1.py`). The
     `%run` lines were commented out: the package's sections skipped the data preparation and
     the training. The code of the file, as the notebook wrote it by then, now stands in
-    place of the line; a `%run` of a file the notebook did not write stays commented."""
-    out = refactored(
+    place of the line, and the file itself (only `%run` used it) is not written; a `%run` of
+    a file the notebook did not write stays commented."""
+    out = refactored_clean(
         tmp_path,
         "steps",
         [
-            new_markdown_cell("# Steps"),
             new_markdown_cell("## Data"),
             new_code_cell("xs = [1.0, 2.0, 3.0]"),
             new_code_cell("%%writefile prep/v1.py\n\ntotal = sum(xs)\nscale = 2.0"),
@@ -87,10 +86,11 @@ def test_a_file_the_notebook_wrote_and_runs_with_run_i_is_inlined(tmp_path: Path
             new_code_cell("%run -i fit/v1.py\n%run -i elsewhere/absent.py\ncount = len(losses)"),
         ],
     )
-    # the files stay in the package as the notebook wrote them (its own undefined names there,
-    # `xs` read from the notebook's namespace, are listed in the report, not the refactor's)
-    assert "gate: 0 (" in (out / "REFACTOR_REPORT.md").read_text()
     assert run_value(out, "steps", "result['last'], result['count']") == "14.0 1"
+    # only `%run` ran them: their code stands there, and no copy of them (a module of the
+    # notebook's undefined names, `xs`) goes into the package
+    assert not (out / "prep").exists()
+    assert not (out / "fit").exists()
     code = (out / "steps" / "train.py").read_text()
     assert code.count("# notebook: %run -i fit/v1.py (inlined)") == 2
     assert "%run -i elsewhere/absent.py (not converted)" in code
