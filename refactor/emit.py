@@ -35,7 +35,7 @@ from .project import (
 from .read import Note
 from .transform import CallSites, add_parameters
 from .walk import walk
-from .writefiles import imported_modules, module_names, with_imports
+from .writefiles import free_names, imported_modules, module_names, with_imports
 
 __all__ = ["Emitted", "TrainCell", "emit"]
 
@@ -189,10 +189,14 @@ def emit(plan: Plan) -> Emitted:
     imported = imported_modules(item.code for item in plan.imports)
     notes: list[Note] = []
     for path, text in sorted(nb.files.items()):
-        if path in nb.inlined and not module_names(path) & imported:
-            # only run with `%run` (its code stands there): a copy would be a module of the
-            # notebook's undefined names
-            note = f"{path}: not written: the notebook only ran it with %run, inlined there"
+        reads = sorted(free_names(text, path) - set(e.imports.lines))
+        if path in nb.inlined and reads and not module_names(path) & imported:
+            # only run with `%run` (its code stands there) and reading the notebook's
+            # variables: a copy would be a module of undefined names
+            note = (
+                f"{path}: not written: it reads the notebook's {', '.join(reads[:3])}, and the "
+                "notebook only ran it with %run: its code is inlined there"
+            )
             notes.append(Note(nb.inlined[path], None, "file", note))
             continue
         files[path] = with_imports(path, text, e.imports)

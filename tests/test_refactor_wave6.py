@@ -66,8 +66,9 @@ def test_a_file_the_notebook_wrote_and_runs_with_run_i_is_inlined(tmp_path: Path
     model_training/v1.py`) and runs in its namespace (`%run -i model_training/v1.py`). The
     `%run` lines were commented out: the package's sections skipped the data preparation and
     the training. The code of the file, as the notebook wrote it by then, now stands in
-    place of the line, and the file itself (only `%run` used it) is not written; a `%run` of
-    a file the notebook did not write stays commented."""
+    place of the line, and the file itself is not written when it reads the notebook's
+    variables (only `%run -i` could run it); a `%run` of a file the notebook did not write
+    stays commented."""
     out = refactored_clean(
         tmp_path,
         "steps",
@@ -87,10 +88,10 @@ def test_a_file_the_notebook_wrote_and_runs_with_run_i_is_inlined(tmp_path: Path
         ],
     )
     assert run_value(out, "steps", "result['last'], result['count']") == "14.0 1"
-    # only `%run` ran them: their code stands there, and no copy of them (a module of the
-    # notebook's undefined names, `xs`) goes into the package
+    # only `%run` ran it and it reads the notebook's `xs`: its code stands there, and no copy
+    # (a module of undefined names) goes into the package; one that stands alone does
     assert not (out / "prep").exists()
-    assert not (out / "fit").exists()
+    assert (out / "fit" / "v1.py").read_text().strip() == "losses = [0.0]"
     code = (out / "steps" / "train.py").read_text()
     assert code.count("# notebook: %run -i fit/v1.py (inlined)") == 2
     assert "%run -i elsewhere/absent.py (not converted)" in code
