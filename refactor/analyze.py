@@ -32,7 +32,12 @@ from .walk import isa, walk
 Kind = Literal["import", "function", "class", "constant", "statement"]
 FUTURE = re.compile(r"^from __future__ import [^\n]*$", re.M)
 FUTURE_DROPPED = "pass  # trainmate: dropped (a __future__ import)"
-BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "get_ipython", "display"}
+# What IPython puts in a notebook's namespace, and the import that binds each in a module
+IPYTHON_NAMES = {
+    "display": "from IPython.display import display",
+    "get_ipython": "from IPython import get_ipython",
+}
+BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", *IPYTHON_NAMES}
 
 
 @dataclass

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from .analyze import IPYTHON_NAMES
 from .compose import Composer, Script, device_free
 from .configfile import config_module
 from .distribute import MODULE, enabled
@@ -71,8 +72,11 @@ class _Emitter:
         self.imports.lines.setdefault("Any", "from typing import Any")
         self.imports.lines.setdefault("TYPE_CHECKING", "from typing import TYPE_CHECKING")
         # IPython puts these in a notebook's namespace: a module that uses one imports it
-        self.imports.lines.setdefault("display", "from IPython.display import display")
-        self.imports.lines.setdefault("get_ipython", "from IPython import get_ipython")
+        # (unless the notebook binds the name itself: `display = True` is its own variable)
+        bound = {n for item in plan.versions.items for n in item.binds}
+        for name, line in IPYTHON_NAMES.items():
+            if name not in bound:
+                self.imports.lines.setdefault(name, line)
         self.imports.lines.setdefault("jupyter_trainmate", "import jupyter_trainmate")
 
     def transformed(

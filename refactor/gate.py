@@ -17,6 +17,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .analyze import IPYTHON_NAMES
 from .output import ruff
 from .read import Notebook
 
@@ -74,7 +75,7 @@ def _name(message: str) -> str | None:
 
 
 # What IPython puts in a notebook's namespace (`emit` imports them where the package uses them)
-PRELUDE = "from IPython import get_ipython\nfrom IPython.display import display\n"
+PRELUDE = "".join(f"{line}\n" for line in IPYTHON_NAMES.values())
 
 
 def notebook_findings(nb: Notebook, skipped: set[int]) -> tuple[Finding, ...]:

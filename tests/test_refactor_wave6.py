@@ -36,6 +36,23 @@ def test_display_which_ipython_gives_a_notebook_is_imported_where_the_package_ca
     assert "Undefined name `display`" not in (out / "REFACTOR_REPORT.md").read_text()
 
 
+def test_a_notebook_variable_named_display_is_its_own(tmp_path: Path) -> None:
+    """`display = 10` (print every 10 epochs) is the notebook's variable: no module imports
+    IPython's `display` over it."""
+    out = refactored_clean(
+        tmp_path,
+        "every",
+        [
+            new_markdown_cell("## Set up"),
+            new_code_cell("display = 10\nsteps = 30"),
+            new_markdown_cell("## Train"),
+            new_code_cell("shown = [s for s in range(steps) if s % display == 0]"),
+        ],
+    )
+    assert run_value(out, "every", "result['shown']") == "[0, 10, 20]"
+    assert "IPython" not in (out / "every" / "train.py").read_text()
+
+
 def test_an_import_named_as_the_packages_own_config_or_run_is_renamed(tmp_path: Path) -> None:
     """qfettes' DeepRL tutorials: `from utils.hyperparameters import Config`, then `config =
     Config()`. `train.py` imported the notebook's `Config` and the package's own (F811), and
