@@ -1,7 +1,7 @@
 """`trainmate refactor` on the failure classes a sixth set of real notebooks found (the
-training-loop corpora's notebooks, `benchmarks/loops_corpus*.toml`, refactored: BENCHMARKS.md
-"A sixth set of real notebooks"): each a small notebook of our own, refactored statically;
-the package passes the gate and computes what the notebook computed when run."""
+training-loop corpora's notebooks, `benchmarks/refactor_corpus6.toml`; BENCHMARKS.md "a sixth
+set of real notebooks"): each a small notebook of our own, refactored statically; the package
+passes the gate and computes what the notebook computed when run."""
 
 from __future__ import annotations
 
