@@ -13,7 +13,7 @@ continues a `%`-formatting expression is never mistaken for a magic; its output,
 | `%matplotlib`, `%load_ext`, `%autoreload`, `%watermark`, `%config`, help (`obj?`) ... | dropped |
 | `%time stmt`, `%timeit stmt`, `%%time`, `%%timeit`, `%%capture` | the statement / body kept |
 | `%%writefile [-a] path` | `path` emitted into the package (a `.py` with the notebook's imports it reads) |
-| `%run -i path`, `%run path` of a `.py` the notebook wrote above | the file's code as written then, in place of the line (the file is not emitted if nothing imports it) |
+| `%run -i path`, `%run path` of a `.py` the notebook wrote above | the file's code as written then, in place of the line (the file itself is not emitted when it reads the notebook's variables and nothing imports it) |
 | `x = !cmd` | `subprocess.run(...)` lines, with a warning |
 | `%%train OPTIONS` | a training function run by jupyter_trainmate's runtime |
 | anything else (`!wget`, `%cd`, `%%bash`, ...) | commented out, reported |
