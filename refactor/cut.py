@@ -67,18 +67,21 @@ def parsed(code: str) -> ast.Module | None:
         return None
 
 
-def statements(nodes: list[ast.stmt]) -> Iterator[ast.stmt]:
+def statements(nodes: list[ast.stmt], scopes: bool = True) -> Iterator[ast.stmt]:
     """Every statement in `nodes` and in their bodies (functions, classes, branches, handlers,
     cases), the expressions not entered: what `ast.walk` finds of the statement kinds (function
-    definitions, imports) in a fraction of its time."""
+    definitions, imports) in a fraction of its time. Without `scopes`, the bodies of functions
+    and classes are not entered (what runs in the scope of `nodes` only)."""
     for node in nodes:
         yield node
+        if not scopes and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
         for field in ("body", "orelse", "finalbody"):
             inner = getattr(node, field, None)
             if isinstance(inner, list):
-                yield from statements(inner)
+                yield from statements(inner, scopes)
         for part in [*getattr(node, "handlers", ()), *getattr(node, "cases", ())]:
-            yield from statements(part.body)
+            yield from statements(part.body, scopes)
 
 
 def edit_headers(

@@ -193,8 +193,8 @@ def emit(plan: Plan) -> Emitted:
     imported = imported_modules(item.code for item in plan.imports)
     notes: list[Note] = []
     for path, text in sorted(nb.files.items()):
-        reads = sorted(free_names(text, path) - set(e.imports.lines))
-        if path in nb.inlined and reads and not module_names(path) & imported:
+        reads = sorted(free_names(text, path) - set(e.imports.lines)) if path in nb.inlined else []
+        if reads and not module_names(path) & imported:
             # only run with `%run` (its code stands there) and reading the notebook's
             # variables: a copy would be a module of undefined names
             note = (

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from .analyze import Item
-from .cut import parsed
+from .cut import parsed, statements
 from .distribute import MODULE, Wiring, device_line, in_cell
 from .plan import Plan
 from .sections import Section
@@ -99,21 +99,14 @@ def section_function(plan: Plan, section: Section, plots: str | None) -> str:
 def _imported(section: Section) -> set[str]:
     """The names an import statement of the section binds (in a `try`, a branch, anywhere but
     a function or a class of its own)."""
-    names: set[str] = set()
-    blocks = [tree.body for unit in section.units if (tree := parsed(unit.code)) is not None]
-    while blocks:
-        for node in blocks.pop():
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                names.update((a.asname or a.name).split(".")[0] for a in node.names)
-            elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                blocks += [
-                    getattr(node, f) for f in ("body", "orelse", "finalbody") if hasattr(node, f)
-                ]
-                blocks += [
-                    part.body
-                    for part in [*getattr(node, "handlers", ()), *getattr(node, "cases", ())]
-                ]
-    return names
+    return {
+        (alias.asname or alias.name).split(".")[0]
+        for unit in section.units
+        if (tree := parsed(unit.code)) is not None
+        for node in statements(tree.body, scopes=False)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
 
 
 def run_function(

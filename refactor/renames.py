@@ -19,7 +19,7 @@ from .transform import aliased_import, rename_heads, rename_loads, rename_reads
 
 
 def local_names(fn: cst.CSTNode) -> set[str]:
-    """Names a def binds itself (parameters and assignments): not references to a global."""
+    """The parameters of a def: names it binds itself, not references to a global."""
     found: set[str] = set()
     if isinstance(fn, cst.FunctionDef):
         p = fn.params

@@ -495,7 +495,7 @@ class Batches:
                     iterable = itertools.islice(iterable, done, None)
         self._inner_loop_started(epochs=True)
         # (the epochs it skipped count as seen when its passes turn out to be epochs)
-        frame = _CounterLoop(length, self.epochs_seen - max(done, 0), self._epochs_calls)
+        frame = _CounterLoop(length, self.epochs_seen - done, self._epochs_calls)
         if self._checkpoints.directory is not None and len(self._loops) <= 1:
             # `for i in range(max_steps):` drawing its own batches, or such a loop in the epochs
             # of an outer one: its passes are checkpointed

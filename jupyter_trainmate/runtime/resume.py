@@ -56,7 +56,7 @@ class Checkpoints:
     ) -> None:
         self.directory = Path(options.checkpoint) if options.checkpoint else None
         # real optimizer steps by id(optimizer) (the session's step hook counts them): a run
-        # that stepped one no notebook variable holds gets no checkpoint (`_unheld`)
+        # that stepped one no notebook variable holds gets no checkpoint (`_steps_unheld`)
         self._stepped: Mapping[int, int] = stepped if stepped is not None else {}
         self.unheld = False  # a checkpoint was not written for that reason
         self.last: Path | None = None  # the newest checkpoint handed to the writer
@@ -144,7 +144,7 @@ class Checkpoints:
         if not self.writes:
             return self.directory / name
         objects = trainable_objects(self._namespace)
-        if self._unheld(objects["optimizers"]):
+        if self._steps_unheld(objects["optimizers"]):
             self.unheld = True
             return self.directory / name
         rng = rng_state() if rng is None else rng
@@ -336,7 +336,7 @@ class Checkpoints:
             for name, value in carried.items():
                 namespace[name] = _unheld(value)
 
-    def _unheld(self, optimizers: Mapping[str, Any]) -> bool:
+    def _steps_unheld(self, optimizers: Mapping[str, Any]) -> bool:
         """Whether the run stepped an optimizer that none of the notebook's variables holds (a
         function's local, an agent's attribute): a checkpoint holds the notebook's variables,
         so one written now could not continue the run (the resumed run would refuse at its
@@ -349,7 +349,7 @@ class Checkpoints:
         """On Ctrl-C or an exception: save the last complete step and say how to continue."""
         if self.directory is None:
             return
-        if self.unheld or self._unheld(trainable_objects(self._namespace)["optimizers"]):
+        if self.unheld or self._steps_unheld(trainable_objects(self._namespace)["optimizers"]):
             self._report(
                 f"{what}: no checkpoint written: the run steps an optimizer that is not a "
                 "notebook variable (a function it calls makes it as a local variable, or "
