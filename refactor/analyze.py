@@ -54,6 +54,9 @@ class Item:
     declares: tuple[str, ...] = ()  # names a def declares `global` (module state)
     at_definition: tuple[str, ...] = ()  # what a def's decorators, defaults and bases read
     text: str = ""  # the statement's lines as the cell has them (for cheap tests of its text)
+    # its place among the notebook's statements: `line` is the cell's, which the statements an
+    # inlined `%run` put in its place share
+    index: int = 0
 
     @property
     def code(self) -> str:
@@ -80,6 +83,13 @@ def analyze(nb: Notebook) -> Analysis:
     The cells of a notebook share one global scope, so they are parsed and scope-analysed
     together, once (per-cell metadata resolution cost more than the analysis itself).
     """
+    out = _analyze(nb)
+    for index, item in enumerate(out.items):
+        item.index = index
+    return out
+
+
+def _analyze(nb: Notebook) -> Analysis:
     out = Analysis()
     good: list[CodeCell] = []
     for cell in nb.cells:
@@ -91,7 +101,8 @@ def analyze(nb: Notebook) -> Analysis:
             compile(cell.python, f"cell {cell.number}", "exec", dont_inherit=True)
         except SyntaxError as exc:
             kept = _imports_of(cell.python)
-            out.bad.append(BadCell(cell.number, exc.lineno or 1, exc.msg, tuple(kept.values())))
+            at = cell.source_line(exc.lineno or 1)
+            out.bad.append(BadCell(cell.number, at, exc.msg, tuple(kept.values())))
             if kept:  # the cell's own lines, the rest blank: the imports keep their line numbers
                 lines = lines_of(cell.python)
                 text = "".join(
@@ -116,10 +127,11 @@ def analyze(nb: Notebook) -> Analysis:
             try:
                 cst.parse_module(cell.python)
             except cst.ParserSyntaxError as exc:
-                out.bad.append(BadCell(cell.number, exc.raw_line, exc.message.splitlines()[0]))
+                at = cell.source_line(exc.raw_line)
+                out.bad.append(BadCell(cell.number, at, exc.message.splitlines()[0]))
         bad = {b.cell for b in out.bad}
         nb_rest = Notebook(nb.path, [c for c in good if c.number not in bad])
-        out.items = analyze(nb_rest).items
+        out.items = _analyze(nb_rest).items
         return out
     source = "".join(parts)
     try:
@@ -127,9 +139,10 @@ def analyze(nb: Notebook) -> Analysis:
     except SyntaxError as exc:  # CPython refuses the cells as one module: that cell goes
         index = max(bisect.bisect_right(starts, exc.lineno or 1) - 1, 0)
         cell = good[index]
-        out.bad.append(BadCell(cell.number, (exc.lineno or 1) - starts[index] + 1, exc.msg))
+        at = cell.source_line((exc.lineno or 1) - starts[index] + 1)
+        out.bad.append(BadCell(cell.number, at, exc.msg))
         rest = Notebook(nb.path, [c for c in good if c.number != cell.number])
-        again = analyze(rest)
+        again = _analyze(rest)
         out.items, out.bad = again.items, [*out.bad, *again.bad]
         return out
     lines = lines_of(source)
@@ -142,7 +155,7 @@ def analyze(nb: Notebook) -> Analysis:
         first = min([at, *(d.lineno for d in decorated)])
         index = bisect.bisect_right(starts, at) - 1
         cell = good[index]
-        item = _item(cell, statement, at - starts[index] + 1, names, same)
+        item = _item(cell, statement, cell.source_line(at - starts[index] + 1), names, same)
         last = max(s.end_lineno or s.lineno for s in same)
         item.text = "".join(lines[first - 1 : last])  # ast's lines: "\u2028" ends none
         out.items.append(item)
@@ -332,7 +345,13 @@ def _plain(value: object) -> bool:
 _BINDING = (
     cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.ExceptHandler,
     cst.ExceptStarHandler, cst.AsName, cst.FunctionDef, cst.ClassDef, cst.Import, cst.ImportFrom,
+    cst.NamedExpr,
 )  # fmt: skip
+_OWN_SCOPE = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+def _same_scope(node: cst.CSTNode) -> bool:
+    return not isa(node, _OWN_SCOPE)
 
 
 def _bound(node: cst.CSTNode) -> tuple[str, ...]:
@@ -344,10 +363,14 @@ def _bound(node: cst.CSTNode) -> tuple[str, ...]:
     named: list[cst.BaseExpression] = []
     imports: list[cst.Import | cst.ImportFrom] = []
     handlers: set[int] = set()  # the `as ex` of each `except` (the walk meets it after)
-    for found in walk(node):  # one pass; the names in the order the three kinds were found in
+    # one pass, not into a function's, a lambda's or a class's own scope (what they bind is
+    # theirs); the names in the order the three kinds were found in
+    for found in walk(node, _same_scope):
         if not isa(found, _BINDING):
             continue
-        if isinstance(found, cst.AssignTarget | cst.AnnAssign | cst.AugAssign | cst.For):
+        if isinstance(
+            found, cst.AssignTarget | cst.AnnAssign | cst.AugAssign | cst.For | cst.NamedExpr
+        ):  # `:=` binds in the statement's scope, in a comprehension too
             targets.append(found.target)
         elif isinstance(found, cst.ExceptHandler | cst.ExceptStarHandler) and found.name:
             handlers.add(id(found.name))

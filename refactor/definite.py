@@ -59,15 +59,17 @@ def _block(body: Iterable[ast.stmt]) -> frozenset[str]:
 
 def _statement(node: ast.stmt) -> frozenset[str]:
     if isinstance(node, ast.If):
-        return _both(_block(node.body), _block(node.orelse))
+        return _walrus(node.test) | _both(_block(node.body), _block(node.orelse))
     if isinstance(node, ast.For | ast.AsyncFor):
-        return frozenset(_targets(node.target)) | _plain(_block(node.body))
+        bound = _walrus(node.iter) | frozenset(_targets(node.target))
+        return bound | _plain(_block(node.body))
     if isinstance(node, ast.While):
-        return _plain(_block(node.body))
+        return _walrus(node.test) | _plain(_block(node.body))
     if isinstance(node, ast.With | ast.AsyncWith):
         names = {
             n for item in node.items if item.optional_vars for n in _targets(item.optional_vars)
         }
+        names.update(n for item in node.items for n in _walrus(item.context_expr))
         return frozenset(names) | _plain(_block(node.body))
     if isinstance(node, ast.Try | ast.TryStar):
         found = _block([*node.body, *node.orelse])
@@ -78,13 +80,39 @@ def _statement(node: ast.stmt) -> frozenset[str]:
             found = _both(found, caught)
         return _plain(found) | _plain(_block(node.finalbody))
     if isinstance(node, ast.Match):
+        subject = _walrus(node.subject)
         every: frozenset[str] = ALL
         wildcard = False
         for case in node.cases:
             every = _both(every, _block(case.body))
             wildcard |= isinstance(case.pattern, ast.MatchAs) and case.pattern.pattern is None
-        return _plain(every) if wildcard else frozenset()
-    return frozenset(_simple(node))
+        return subject | (_plain(every) if wildcard else frozenset())
+    if isinstance(node, _SCOPES):
+        return frozenset(_simple(node))
+    return frozenset(_simple(node)) | _walrus(node)
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _walrus(node: ast.AST) -> frozenset[str]:
+    """The names `:=` binds in `node` wherever it is evaluated (a comprehension's too: its
+    loop counts as running, as the statements' loops do); not in the operands `and`, `or` or
+    a conditional expression may skip, nor in a lambda's body (its own scope)."""
+    found: list[str] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.NamedExpr):
+            found += _targets(current.target)
+            stack.append(current.value)
+        elif isinstance(current, ast.BoolOp):
+            stack.append(current.values[0])
+        elif isinstance(current, ast.IfExp):
+            stack.append(current.test)
+        elif not isinstance(current, ast.Lambda | ast.expr_context):
+            stack.extend(ast.iter_child_nodes(current))
+    return frozenset(found)
 
 
 def _plain(found: frozenset[str]) -> frozenset[str]:

@@ -72,15 +72,15 @@ def section_function(plan: Plan, section: Section, plots: str | None) -> str:
     # binds starts out of mypy's sight: mypy takes the import of a module it cannot find for a
     # redefinition of any variable before it (`try: import tensorboardX`: `@no_type_check` on
     # the section, for code that is fine), and types it from the import where it finds one
-    imported = _imported(section)
+    declared = _declared(section)
     for name in section.unbound:
-        if name in imported:
+        if name in declared:
             lines += [
                 "if not TYPE_CHECKING:  # bound below on some paths only",
                 f"    {name}: Any = None",
             ]
         else:
-            lines.append(f"{name}: Any = None  # bound below on some paths only")
+            lines.append(f"{name} = None  # bound below on some paths only")
     lines += [u.code for u in section.units]
     if section.returns:
         lines.append("return " + ", ".join(section.returns))
@@ -96,17 +96,19 @@ def section_function(plan: Plan, section: Section, plots: str | None) -> str:
     return f"def {section.name}({signature}){returns}:\n{body}\n"
 
 
-def _imported(section: Section) -> set[str]:
-    """The names an import statement of the section binds (in a `try`, a branch, anywhere but
-    a function or a class of its own)."""
-    return {
-        (alias.asname or alias.name).split(".")[0]
-        for unit in section.units
-        if (tree := parsed(unit.code)) is not None
-        for node in statements(tree.body, scopes=False)
-        if isinstance(node, ast.Import | ast.ImportFrom)
-        for alias in node.names
-    }
+def _declared(section: Section) -> set[str]:
+    """The names an import, a `def` or a `class` statement of the section binds (in a `try`, a
+    branch, anywhere but a function or a class of its own): mypy takes each for a definition,
+    and a variable bound before it for a redefinition ("Name already defined")."""
+    found: set[str] = set()
+    for unit in section.units:
+        tree = parsed(unit.code)
+        for node in statements(tree.body, scopes=False) if tree is not None else ():
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                found.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                found.add(node.name)
+    return found
 
 
 def run_function(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .analyze import IPYTHON_NAMES
 from .output import ruff
-from .read import Notebook
+from .read import CodeCell, Notebook
 
 RULES = "E9,F63,F7,F82,F811"
 # a name read where nothing binds it: undefined (F821), or a function's local read before its
@@ -82,7 +82,7 @@ def notebook_findings(nb: Notebook, skipped: set[int]) -> tuple[Finding, ...]:
     """The notebook's own code, as one script after `PRELUDE`: its undefined names, by cell
     and line."""
     starts: list[int] = []
-    cells: list[int] = []
+    cells: list[CodeCell] = []
     parts: list[str] = [PRELUDE]
     line = 1 + PRELUDE.count("\n")
     for cell in nb.cells:
@@ -90,7 +90,7 @@ def notebook_findings(nb: Notebook, skipped: set[int]) -> tuple[Finding, ...]:
             continue
         text = cell.python if cell.python.endswith("\n") else cell.python + "\n"
         starts.append(line)
-        cells.append(cell.number)
+        cells.append(cell)
         parts.append(text)
         line += text.count("\n")
     out: list[Finding] = []
@@ -102,7 +102,9 @@ def notebook_findings(nb: Notebook, skipped: set[int]) -> tuple[Finding, ...]:
         location = found.get("location")
         row = int(location.get("row", 1)) if isinstance(location, dict) else 1
         index = max(bisect.bisect_right(starts, row) - 1, 0)
-        where = f"cell {cells[index]}, line {row - starts[index] + 1}" if cells else "notebook"
+        cell = cells[index] if cells else None
+        line = cell.source_line(row - starts[index] + 1) if cell is not None else 0
+        where = f"cell {cell.number}, line {line}" if cell is not None else "notebook"
         text = source[row - 1].strip() if 0 < row <= len(source) else ""
         out.append(Finding(where, str(found.get("code")), str(found.get("message", "")), text))
     return tuple(out)

@@ -26,15 +26,17 @@ class Names:
         self.preferred = preferred
         self.memo: dict[str, str | None] = {}
 
-    def join(self, types: list[Any]) -> Ty | None:
+    def join(self, types: list[Any], loose: bool = False) -> Ty | None:
+        """One type for all of `types`; `loose`: a tuple's items it cannot write are `Any` (to
+        fill in the `Any` items of a tuple we typed: the others stay ours)."""
         if not types:
             return None
-        found = [self.ty(t) for t in types]
+        found = [self.ty(t, loose=loose) for t in types]
         if any(t is None for t in found):
             return None
         return join(found, self.ancestors)
 
-    def ty(self, typ: Any, inner: bool = False) -> Ty | None:
+    def ty(self, typ: Any, inner: bool = False, loose: bool = False) -> Ty | None:
         from mypy.types import (
             AnyType,
             Instance,
@@ -63,6 +65,8 @@ class Names:
             if len(typ.items) > _MAX_TUPLE:
                 return None
             items = [self.ty(i, inner=True) for i in typ.items]
+            if loose:
+                items = [ANY if i is None else i for i in items]
             if any(i is None for i in items) or all(i == ANY for i in items):
                 return None
             return T("tuple", *items)  # type: ignore[arg-type]

@@ -158,10 +158,11 @@ def suggest(
                     params[name] = ty
         returns = None
         if "return" in missing and returned and not fn.is_generator and not fn.is_coroutine:
-            returns = names.join(
-                ["None" if r.expr is None else types.get(r.expr) for r in returned]
-            )
             old = (refine or {}).get(key)
+            returns = names.join(
+                ["None" if r.expr is None else types.get(r.expr) for r in returned],
+                loose=old is not None,
+            )
             if old is not None:
                 returns = _fill(old, returns)
         if params or returns is not None:

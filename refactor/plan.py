@@ -144,7 +144,7 @@ def plan(nb: Notebook, analysis: Analysis, package: str) -> Plan:
             earlier = constants.get(item.name)
             if earlier is not None:
                 if earlier.value != item.value:  # set again: from here on, notebook state
-                    resets.add(item.cell.number * 100000 + item.line)
+                    resets.add(item.index)
                     notes.append(
                         Note(
                             item.cell.number,
@@ -163,19 +163,19 @@ def plan(nb: Notebook, analysis: Analysis, package: str) -> Plan:
     declared = {n for it in items for n in it.declares}
     # a constant the code later rebinds with a computed value is state, not configuration
     rebound = {
-        n for it in run_body if it.cell.number * 100000 + it.line not in resets for n in it.binds
+        n for it in run_body if it.index not in resets for n in it.binds
     }
     for name in sorted((rebound | declared) & constants.keys()):
         item = constants.pop(name)
         run_body.append(dataclasses.replace(item, kind="statement"))
-    run_body.sort(key=lambda it: (it.cell.number, it.line))
+    run_body.sort(key=lambda it: it.index)
     device = any(hard_coded_device(it) for it in analysis.items) or any(
         "device" in it.binds for it in run_body
     )
     if device and "device" in constants:  # Config.device ("auto") replaces the notebook's
         run_body.append(dataclasses.replace(constants.pop("device"), kind="statement"))
     _evaluated_at_definition(definitions, run_body, notes, {"device"} if device else set())
-    run_body.sort(key=lambda it: (it.cell.number, it.line))
+    run_body.sort(key=lambda it: it.index)
     out = Plan(
         package,
         nb,

@@ -127,6 +127,7 @@ def main_module(
         package=package,
         title=repr(title),
         options=BACKEND_OPTION if distributed else "",
+        train="train = " if distributed else "",  # named only where an option is added to it
         launch=launch,
         sweep=Template(SWEEP_COMMAND).substitute(trials=sweep) if sweep is not None else "",
         sweep_doc=", `sweep`" if sweep is not None else "",

@@ -23,6 +23,7 @@ continues a `%`-formatting expression is never mistaken for a magic; its output,
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 import shlex
@@ -40,6 +41,7 @@ from nbformat.warnings import MissingIDFieldWarning
 from jupyter_trainmate.errors import TrainmateError
 
 from .automagic import escaped
+from .globalnames import lines_of
 
 DROPPED_LINE_MAGICS = frozenset(
     [
@@ -116,6 +118,20 @@ class CodeCell:
     train_options: str | None = None  # a %%train cell: its option line
     export: bool | None = None  # nbdev: True with `#| export`
     default_exp: str | None = None  # nbdev: `#| default_exp NAME` seen in or above this cell
+    # each `%run` inlined: (the line of `python` its code starts on, the lines it added)
+    inlined: tuple[tuple[int, int], ...] = ()
+
+    def source_line(self, line: int) -> int:
+        """The cell's own line for line `line` of `python`: an inlined `%run`'s code is on the
+        line of the `%run`, and what follows it moves back up by the lines it added."""
+        shift = 0
+        for start, added in self.inlined:
+            if line < start:
+                break
+            if line <= start + added:
+                return start - shift
+            shift += added
+        return line - shift
 
 
 @dataclass
@@ -217,10 +233,10 @@ def _python(cell: CodeCell, source: str, manager: TransformerManager, nb: Notebo
         name, line = name.strip(), line.strip()
         if name in KEPT_CELL_MAGICS:
             nb.notes.append(Note(cell.number, 1, "kept", f"%%{name}: the body is kept"))
-            return "\n" + _python(cell, body, manager, nb)  # keeps the line numbers
+            return "\n" + _body(cell, body, manager, nb)  # keeps the line numbers
         if name == "train":
             cell.train_options = line
-            return "\n" + _python(cell, body, manager, nb)
+            return "\n" + _body(cell, body, manager, nb)
         if name == "writefile":
             _writefile(cell, line, body, nb)
             return ""
@@ -249,6 +265,18 @@ def _python(cell: CodeCell, source: str, manager: TransformerManager, nb: Notebo
         return python
     wrapper = cst.MetadataWrapper(module)
     return wrapper.visit(_Magics(cell, nb)).code
+
+
+def _body(cell: CodeCell, body: str, manager: TransformerManager, nb: Notebook) -> str:
+    """`_python` of a cell magic's body, which starts on the cell's second line."""
+    before, noted = len(cell.inlined), len(nb.notes)
+    python = _python(cell, body, manager, nb)
+    moved = tuple((start + 1, added) for start, added in cell.inlined[before:])
+    cell.inlined = cell.inlined[:before] + moved
+    for index in range(noted, len(nb.notes)):  # what the body's lines said, on the cell's lines
+        note = nb.notes[index]
+        nb.notes[index] = dataclasses.replace(note, line=note.line + 1) if note.line else note
+    return python
 
 
 def _compiles(python: str) -> bool:
@@ -490,6 +518,11 @@ class _Magics(cst.CSTTransformer):
             return None
         comment = cst.EmptyLine(comment=cst.Comment(f"# notebook: %run {line} (inlined)"))
         first = module.body[0]
+        block = cst.Module([first.with_changes(leading_lines=[comment]), *module.body[1:]]).code
+        start = self.get_metadata(PositionProvider, node).start.line
+        # where the code starts in the cell's Python: the lines earlier `%run`s added are above
+        start += sum(added for _, added in self.cell.inlined)
+        self.cell.inlined += ((start, len(lines_of(block)) - 1),)
         first = first.with_changes(leading_lines=[*node.leading_lines, comment])
         self._note(
             node, "kept", f"`%run {line}`: the code of {target}, which the notebook wrote, inlined"

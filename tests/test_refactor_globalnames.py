@@ -196,7 +196,7 @@ def test_cases_a_review_found(tmp_path: Path) -> None:
     assert model.text.endswith("model = Net().cuda()\n")
     assert by_binds[("outer",)].line == 4
     assert type(by_binds[("inner",)].node).__name__ == "If"  # the inner gate stays as it is
-    assert by_binds[("zs",)].reads == ("xs", "f")
+    assert by_binds[("zs", "z")].reads == ("xs", "f")  # `:=` binds `z` at the top level
 
 
 def test_cells_python_refuses_only_as_one_module(tmp_path: Path) -> None:

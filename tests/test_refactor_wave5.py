@@ -40,7 +40,7 @@ def test_a_name_bound_in_one_branch_only_is_no_unbound_local(tmp_path: Path) -> 
     )
     assert run_value(out, "branches", "result['where']") == "None/slow"
     code = (out / "branches" / "train.py").read_text()
-    assert "logdir: Any = None  # bound below on some paths only" in code
+    assert "logdir = None  # bound below on some paths only" in code
     assert "data_dir = None" not in code  # nothing reads it later: not returned
 
 

@@ -1,0 +1,111 @@
+"""`trainmate refactor` on the failure classes found in the twenty-second session: an assignment
+expression (`:=`) at a notebook's top level, a `def` or `class` in one branch only, the lines
+reported after an inlined `%run` and in a `%%train` cell, and what ruff left in small packages.
+Each a small notebook of our own, refactored statically; each test fails before its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nbformat.v4 import new_code_cell, new_markdown_cell
+
+from tests.test_refactor_gate_classes import refactored
+from tests.test_refactor_wave3 import refactored_clean, run_value
+
+
+def test_a_name_bound_by_an_assignment_expression_is_passed_on(tmp_path: Path) -> None:
+    """`if (m := pattern.match(line)):` and `[last := f(x) for x in xs]` at a notebook's top
+    level bind `m` and `last` there. The analysis did not see `:=` as a binding: the section
+    that binds them did not return them, and the later section that reads them failed with a
+    NameError (three F821 in the gate). A walrus in an `if` test binds on every path; one in a
+    branch only starts as None."""
+    out = refactored_clean(
+        tmp_path,
+        "walrus",
+        [
+            new_markdown_cell("## Parse"),
+            new_code_cell(
+                "import re\n"
+                "if (found := re.match(r'(\\d+)', '42 epochs')):\n    pass\n"
+                "if len('ab') > 5:\n    if (rare := 3):\n        pass\n"
+                "squares = [last := n * n for n in range(4)]"
+            ),
+            new_markdown_cell("## Use"),
+            new_code_cell("epochs = int(found.group(1)) + last\nnone_yet = rare is None"),
+        ],
+    )
+    assert run_value(out, "walrus", "result['epochs'], result['none_yet']") == "51 True"
+    code = (out / "walrus" / "train.py").read_text()
+    assert "rare = None  # bound below on some paths only" in code
+    assert "found = None" not in code and "last = None" not in code
+
+
+def test_a_def_or_class_in_one_branch_only_keeps_its_section_checked(tmp_path: Path) -> None:
+    """A `def` or `class` in one branch only (`if USE_CUDA: class Loader: ...`) started as
+    `Loader = None` before the branch, which mypy calls a redefinition ("Name already
+    defined"): the section got `@no_type_check`. It starts out of mypy's sight now, as an
+    optional import does; a name an assignment binds on some paths only starts as a plain
+    None again, so the sections after it keep its type (`int | None`), where `Any` lost it."""
+    out = refactored_clean(
+        tmp_path,
+        "branchdefs",
+        [
+            new_markdown_cell("## Set up"),
+            new_code_cell(
+                "import sys\n"
+                "if len(sys.argv) < 100:\n"
+                "    class Scaler:\n        factor = 3\n"
+                "    def double(x):\n        return 2 * x\n"
+                "    size = 4"
+            ),
+            new_markdown_cell("## Use"),
+            new_code_cell("value = double(size) * Scaler.factor"),
+        ],
+    )
+    assert run_value(out, "branchdefs", "result['value']") == "24"
+    code = (out / "branchdefs" / "train.py").read_text()
+    assert "no_type_check" not in code
+    assert "    Scaler: Any = None" in code and "    double: Any = None" in code
+    assert "size = None  # bound below on some paths only" in code
+    assert "size: int | None" in code  # the next section's parameter keeps its type
+
+
+def test_lines_after_an_inlined_run_and_in_a_train_cell_are_the_cells_own(
+    tmp_path: Path,
+) -> None:
+    """An inlined `%run` puts the file's lines in place of one line: what came after it was
+    reported that many lines further down (the notebook's own undefined name on "line 9" of
+    a four-line cell), and the lines of a `%%train` cell's body one line up."""
+    out = refactored(
+        tmp_path,
+        "lines",
+        [
+            new_markdown_cell("# Lines"),
+            new_code_cell("xs = [1.0, 2.0]"),
+            new_code_cell("%%writefile prep/v1.py\n\ntotal = sum(xs)\nscale = 2.0\nshift = 1.0"),
+            new_code_cell("%run -i prep/v1.py\n%run -i prep/v1.py\nprint(undefined_one)"),
+            new_code_cell("%%train\n%run -i prep/v1.py\nprint(undefined_two)\nsteps = 2"),
+        ],
+    )
+    report = (out / "REFACTOR_REPORT.md").read_text()
+    assert "- cell 4, line 3: F821 Undefined name `undefined_one`" in report
+    assert "- cell 5, line 3: F821 Undefined name `undefined_two`" in report
+    assert "- cell 5, line 2: kept: `%run -i prep/v1.py`" in report
+
+
+def test_a_package_without_a_training_loop_leaves_ruff_nothing(tmp_path: Path) -> None:
+    """A notebook with no training loop: `__main__.py` named the `train` command's parser for
+    options it never added (F841), and an `if TYPE_CHECKING:` block whose imports ruff removed
+    stayed as `pass` (13 of 203 corpus packages)."""
+    out = refactored_clean(
+        tmp_path,
+        "quiet",
+        [
+            new_markdown_cell("## Count"),
+            new_code_cell("import sys\nif (n := len(sys.argv)) > 100:\n    pass\nm = n + 1"),
+        ],
+    )
+    report = (out / "REFACTOR_REPORT.md").read_text()
+    assert "`ruff check`: clean" in report
+    for path in (out / "quiet").glob("*.py"):
+        assert "if TYPE_CHECKING:\n    pass" not in path.read_text(), path
