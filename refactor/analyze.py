@@ -86,7 +86,62 @@ def analyze(nb: Notebook) -> Analysis:
     out = _analyze(nb)
     for index, item in enumerate(out.items):
         item.index = index
+    _imported_again(out.items)
     return out
+
+
+def _imported_again(items: list[Item]) -> None:
+    """A statement that imports a module on some paths only (`if not colab: import sys`, a
+    `try: import wandb`) binds no state when a top-level import of the notebook binds the same
+    module to the same name (`import sys` in a later cell): the name is that module either way,
+    imported at the top of the modules that use it. As state, the section with the `if` passed
+    its `sys` (None on the other path) to the later ones, where the notebook had the module."""
+    top: dict[str, set[tuple[str, ...]]] = {}
+    for item in items:
+        if item.kind == "import":
+            for name, key in _import_keys(item.node.body[0]):  # type: ignore[attr-defined]
+                top.setdefault(name, set()).add(key)
+    for item in items:
+        if item.kind != "statement" or not top.keys() & set(item.binds) or "import" not in item.text:
+            continue
+        only = _imported_only(item.node)
+        same = {n for n, keys in only.items() if keys <= top.get(n, set())}
+        if same:
+            item.binds = tuple(n for n in item.binds if n not in same)
+
+
+def _import_keys(node: cst.CSTNode) -> list[tuple[str, tuple[str, ...]]]:
+    """(the name it binds, what it binds it to) for each name of an import statement."""
+    if not isinstance(node, cst.Import | cst.ImportFrom) or isinstance(node.names, cst.ImportStar):
+        return []
+    code = cst.Module([]).code_for_node
+    where = ""
+    if isinstance(node, cst.ImportFrom):
+        where = "." * len(node.relative) + (code(node.module) if node.module else "")
+    found = []
+    for alias, name in zip(node.names, _import_names(node), strict=False):
+        found.append((name, (where, code(alias.name), name)))
+    return found
+
+
+def _imported_only(node: cst.CSTNode) -> dict[str, set[tuple[str, ...]]]:
+    """The names `node` binds by import statements only (in its own scope), with what each of
+    its imports binds them to."""
+    imported: dict[str, set[tuple[str, ...]]] = {}
+    other: set[str] = set()
+    for found in walk(node, _same_scope):
+        if isa(found, (cst.Import, cst.ImportFrom)):
+            for name, key in _import_keys(found):
+                imported.setdefault(name, set()).add(key)
+        elif isinstance(
+            found, cst.AssignTarget | cst.AnnAssign | cst.AugAssign | cst.For | cst.NamedExpr
+        ):
+            other.update(_target_names(found.target))
+        elif isinstance(found, cst.FunctionDef | cst.ClassDef):
+            other.add(found.name.value)
+        elif isinstance(found, cst.WithItem) and found.asname is not None:
+            other.update(_target_names(found.asname.name))
+    return {n: keys for n, keys in imported.items() if n not in other}
 
 
 def _analyze(nb: Notebook) -> Analysis:

@@ -30,6 +30,10 @@ CONFIG_NAMES = frozenset({"Config", "resolve_device"})
 MOVED = {
     ("IPython.core.display", name): "IPython.display"
     for name in ("display", "clear_output", "update_display", "publish_display_data")
+} | {
+    # removed in IPython 9; IPython 7.23 said to import it from there
+    (module, "set_matplotlib_formats"): "matplotlib_inline.backend_inline"
+    for module in ("IPython.display", "IPython.core.display")
 }
 
 

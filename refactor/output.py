@@ -46,6 +46,9 @@ def format_folder(folder: Path) -> str:
         capture_output=True,
         text=True,
     )
+    if left.returncode not in (0, 1):  # ruff itself failed (a pyproject.toml it cannot read)
+        why = (left.stderr.strip().splitlines() or [f"exit {left.returncode}"])[0]
+        return f"ruff did not run: {why}"
     return left.stdout.strip() if left.returncode else ""
 
 

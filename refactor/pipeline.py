@@ -8,8 +8,10 @@ gate, docs, equivalence -> report.
 from __future__ import annotations
 
 import gc
+import hashlib
 import keyword
 import re
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -33,11 +35,19 @@ from .trace import execute as run_traced
 
 
 def package_name(notebook: Path, name: str | None) -> str:
+    """The package's import name, which is also its distribution's (`pyproject.toml`): ASCII
+    letters, digits and `_` only, as a distribution name must be (PEP 508). From the file name,
+    accents dropped (`Réseau` -> `reseau`); where other letters go (`第7章`), a short hash of the
+    name keeps two such notebooks apart (`nb_7_…`)."""
     if name is not None:
-        if not name.isidentifier() or keyword.iskeyword(name):
-            raise TrainmateError(f"--name {name}: not a Python package name")
+        if not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
+            raise TrainmateError(f"--name {name}: not a Python package name (ASCII letters, digits, _)")
         return name
-    guess = re.sub(r"\W+", "_", notebook.stem.lower()).strip("_") or "notebook"
+    stem = unicodedata.normalize("NFKD", notebook.stem)
+    kept = "".join(c for c in stem if c.isascii())
+    guess = re.sub(r"\W+", "_", kept.lower()).strip("_") or "notebook"
+    if any(not c.isascii() and not unicodedata.combining(c) for c in stem):
+        guess += "_" + hashlib.sha1(notebook.stem.encode("utf-8")).hexdigest()[:6]
     if guess[0].isdigit() or keyword.iskeyword(guess):
         guess = "nb_" + guess
     return guess

@@ -10,6 +10,7 @@ import importlib.metadata
 import re
 import sys
 import textwrap
+from pathlib import Path
 from collections.abc import Iterable, Mapping
 from importlib.resources import files as package_files
 from string import Template
@@ -179,18 +180,35 @@ def _distribution(module: str, installed: Mapping[str, list[str]]) -> str:
 IMPORTED = re.compile(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", re.M)
 
 
+SYS_PATH = re.compile(r"""\bsys\.path\.(?:append|insert)\(\s*(?:[-\w]+\s*,\s*)?(?:r?(['"])(.*?)\1)?""")
+
+
 def local_modules(plan: Plan, files: Mapping[str, str]) -> list[str]:
     """Modules the package imports that are the notebook's own files beside it (`vocab.py`, a
     `utils/` folder of its repository) and no installed distribution: no index has them (a
-    dependency of that name installs an unrelated package, or nothing)."""
+    dependency of that name installs an unrelated package, or nothing). Beside it, or in a
+    folder the notebook puts on `sys.path` (`sys.path.append("../")`); and, where that folder
+    is not there to look in, a module the notebook imports right after such a line, in the
+    same cell (`sys.path.append("../")`, then `from cm_utils import ...`)."""
     folder = plan.notebook.path.parent
     code = "\n".join(t for p, t in files.items() if p.endswith(".py"))
+    bases = [folder]
+    after: set[str] = set()  # imported in a cell after its `sys.path` line
+    for cell in plan.notebook.cells:
+        found = list(SYS_PATH.finditer(cell.python))
+        if not found:
+            continue
+        bases += [folder / m[2] for m in found if m[2] and not Path(m[2]).is_absolute()]
+        after.update(IMPORTED.findall(cell.python[found[0].end() :]))
     beside = [
         top
         for top in set(IMPORTED.findall(code)) - {plan.package}
         if top not in DISTRIBUTIONS
         and top not in sys.stdlib_module_names
-        and ((folder / f"{top}.py").is_file() or (folder / top / "__init__.py").is_file())
+        and (
+            top in after
+            or any((b / f"{top}.py").is_file() or (b / top / "__init__.py").is_file() for b in bases)
+        )
     ]
     if not beside:  # the usual case: no scan of the installed distributions (about 0.2 s)
         return []

@@ -107,9 +107,9 @@ def report(plan: Plan, outcome: Outcome, findings: str, docs_problem: str = "") 
     lines.append("- and the distributions of the imports the modules use (pyproject.toml)")
     for module in local_modules(plan, outcome.files):
         lines.append(
-            f"- not `{module}`: the notebook's own module beside it, on no package index (no "
-            "dependency): copy it into this folder, beside pyproject.toml, or put its folder on "
-            "PYTHONPATH"
+            f"- not `{module}`: the notebook's own module (beside it, or in a folder it puts on "
+            "`sys.path`), on no package index (no dependency): copy it into this folder, beside "
+            "pyproject.toml, or put its folder on PYTHONPATH"
         )
     notes = sorted([*nb.notes, *plan.notes, *emitted.notes], key=lambda n: (n.cell, n.line or 0))
     lines += ["", "## Dropped, commented out, kept, redefined, warnings", ""]

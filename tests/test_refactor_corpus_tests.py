@@ -152,6 +152,6 @@ def test_a_module_beside_the_notebook_is_no_dependency(tmp_path: Path) -> None:
     assert '"numpy' in deps
     assert "vocab" not in deps
     report = (out / "REFACTOR_REPORT.md").read_text()
-    assert "- not `vocab`: the notebook's own module beside it" in report
+    assert "- not `vocab`: the notebook's own module (beside it" in report
     (out / "vocab.py").write_text((folder / "vocab.py").read_text())  # as the report says
     generated_tests_pass(out)

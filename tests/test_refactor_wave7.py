@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbformat.v4 import new_code_cell, new_markdown_cell
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from jupyter_trainmate.refactor.pipeline import package_name
+from tests.cli_harness import trainmate
 from tests.test_refactor_gate_classes import refactored
-from tests.test_refactor_wave3 import refactored_clean, run_value
+from tests.test_refactor_wave3 import clean, refactored_clean, run_value
 
 
 def test_a_name_bound_by_an_assignment_expression_is_passed_on(tmp_path: Path) -> None:
@@ -109,3 +112,85 @@ def test_a_package_without_a_training_loop_leaves_ruff_nothing(tmp_path: Path) -
     assert "`ruff check`: clean" in report
     for path in (out / "quiet").glob("*.py"):
         assert "if TYPE_CHECKING:\n    pass" not in path.read_text(), path
+
+
+def test_a_notebook_named_in_other_letters_gets_an_ascii_package(tmp_path: Path) -> None:
+    """boyu-ai's Hands-on-RL (`第7章-DQN算法.ipynb`): the package was named `第7章_dqn算法`,
+    which no distribution may be called (PEP 508), and `pyproject.toml` wrote it as a bare
+    TOML key, which is invalid. ruff could not read its configuration, so nothing was
+    formatted or fixed (60 F811 in the gate), and pytest refused to start. The name is ASCII
+    now, with a hash of the file name for the letters it drops; accents become their letter."""
+    import tomllib
+
+    notebook = tmp_path / "第7章-DQN算法.ipynb"
+    cells = [new_code_cell("hidden_dim = 8\nbatch_size = 4"), new_code_cell(
+        "class Net:\n    def __init__(self, hidden_dim):\n        self.h = hidden_dim\n"
+        "net = Net(hidden_dim)\nsize = net.h * batch_size"
+    )]  # fmt: skip
+    nbformat.write(new_notebook(cells=cells), notebook)
+    out = tmp_path / "out"
+    proc = trainmate("refactor", notebook, "-o", out, "--no-docs")
+    assert proc.returncode == 0, proc.stderr
+    (package,) = [p.name for p in out.iterdir() if (p / "__init__.py").is_file()]
+    assert package.isascii() and package.startswith("nb_7_dqn_") and package.isidentifier()
+    config = tomllib.loads((out / "pyproject.toml").read_text())
+    assert config["project"]["name"] == package
+    clean(out, package, tmp_path)
+    assert run_value(out, package, "result['size']") == "32"
+    assert "`ruff check`: clean" in (out / "REFACTOR_REPORT.md").read_text()
+    assert package_name(Path("Réseau de neurones.ipynb"), None) == "reseau_de_neurones"
+
+
+def test_a_module_imported_on_one_path_then_at_the_top_level_is_that_module(
+    tmp_path: Path,
+) -> None:
+    """MMIV's MedNIST notebook: `if not colab: import sys` in a set-up cell, and later `import
+    sys` with `sys.path.append("../")` before `from cm_utils import ...`. The later import was
+    lost: the set-up section returned its `sys` (None on the colab path) and passed it on. It
+    is the module everywhere now; `cm_utils`, found through the notebook's `sys.path`, is its
+    own module (no dependency), and IPython 9's removed `set_matplotlib_formats` comes from
+    where IPython said to import it."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "helper_mod.py").write_text("def plot_cm(x):\n    return x * 2\n")
+    out = refactored(
+        tmp_path,
+        "condsys",
+        [
+            new_markdown_cell("# Condsys"),
+            new_markdown_cell("## Set up"),
+            new_code_cell("colab = False\nif colab:\n    import sys\n    !pip install foo"),
+            new_markdown_cell("## Use"),
+            new_code_cell("import sys\nsys.path.append('lib')\nfrom helper_mod import plot_cm"),
+            new_code_cell("argv_count = plot_cm(len(sys.argv))"),
+        ],
+    )
+    # as the report says: the notebook's own module goes beside pyproject.toml
+    (out / "helper_mod.py").write_text((tmp_path / "lib" / "helper_mod.py").read_text())
+    clean(out, "condsys", tmp_path)
+    assert run_value(out, "condsys", "result['argv_count'] >= 2") == "True"
+    code = (out / "condsys" / "train.py").read_text()
+    assert "import sys\n" in code and "sys = None" not in code and "sys: Any" not in code
+    assert '"helper-mod"' not in (out / "pyproject.toml").read_text()
+    assert '"helper_mod"' not in (out / "pyproject.toml").read_text()
+    assert "- not `helper_mod`: the notebook's own module" in (out / "REFACTOR_REPORT.md").read_text()
+
+
+def test_set_matplotlib_formats_comes_from_matplotlib_inline(tmp_path: Path) -> None:
+    """EdwardRaff's Inside Deep Learning: `from IPython.display import set_matplotlib_formats`
+    fails on IPython 9 (ImportError on importing the package's module)."""
+    out = refactored(
+        tmp_path,
+        "formats",
+        [
+            new_code_cell(
+                "%matplotlib inline\nfrom IPython.display import set_matplotlib_formats\n"
+                "set_matplotlib_formats('png', 'pdf')"
+            ),
+            new_code_cell("total = sum(range(4))"),
+        ],
+    )
+    code = (out / "formats" / "train.py").read_text()
+    assert "from matplotlib_inline.backend_inline import set_matplotlib_formats\n" in code
+    assert "IPython.display" not in code
+    report = (out / "REFACTOR_REPORT.md").read_text()
+    assert "`set_matplotlib_formats` imported from `matplotlib_inline.backend_inline`" in report
