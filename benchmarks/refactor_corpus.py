@@ -479,7 +479,8 @@ def run_tests(out: Path, root: Path, timeout: float) -> tuple[bool, str]:
         )
     except subprocess.TimeoutExpired:
         return False, f"pytest still running after {timeout:.0f} s"
-    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    # pytest's own errors (a configuration it cannot read) go to stderr
+    lines = [ln for ln in (done.stdout + "\n" + done.stderr).splitlines() if ln.strip()]
     failed = [ln for ln in lines if ln.startswith(("FAILED", "ERROR", "E "))]
     return done.returncode == 0, (failed[0] if failed else lines[-1] if lines else "")[:300]
 
