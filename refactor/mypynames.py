@@ -91,6 +91,8 @@ class Names:
 
     def instance(self, typ: Any, inner: bool) -> Ty | None:
         full = typ.type.fullname
+        if "@" in full:  # a class defined in a function (`train.Model@122`): no name reaches it
+            return ANY if inner else None
         module, _, last = full.rpartition(".")
         if module == "builtins":
             if last in _BUILTINS:

@@ -194,3 +194,27 @@ def test_set_matplotlib_formats_comes_from_matplotlib_inline(tmp_path: Path) -> 
     assert "IPython.display" not in code
     report = (out / "REFACTOR_REPORT.md").read_text()
     assert "`set_matplotlib_formats` imported from `matplotlib_inline.backend_inline`" in report
+
+
+def test_a_class_defined_in_a_section_is_no_annotation(tmp_path: Path) -> None:
+    """dataflowr's collaborative filtering: a class defined under an `if` is local to its
+    section function, and mypy names its instances `Box@18`. Filling the `Any` items of the
+    section's returned tuple from mypy's reading wrote `tuple[Box @ 18, ...]` (F821). A class
+    no name reaches stays `Any`; the other items are filled."""
+    out = refactored_clean(
+        tmp_path,
+        "localclass",
+        [
+            new_markdown_cell("## Build"),
+            new_code_cell(
+                "import json\nif len('ab') < 5:\n    class Box:\n        def __init__(self):\n"
+                "            self.v = 1\nbox = Box()\nloaded = json.loads('[1, 2]')\n"
+                "names = ['a'] + [str(x) for x in loaded]"
+            ),
+            new_markdown_cell("## Use"),
+            new_code_cell("total = box.v + len(names)"),
+        ],
+    )
+    assert run_value(out, "localclass", "result['total']") == "4"
+    code = (out / "localclass" / "train.py").read_text()
+    assert "def build() -> tuple[Any, list[str], Any]:" in code
