@@ -67,27 +67,37 @@ def declare(files: dict[str, str], package: str, errors: list[Error]) -> Declare
     out = dict(files)
     declared: list[str] = []
     answered: set[int] = set()  # the errors' ids
+    settled: list[tuple[str, int, int]] = []  # (module, first line, last line)
     for module, asked in wanted.items():
         path = f"{package}/{module}.py"
-        code, done = _annotate(files.get(path, ""), asked)
+        code, done, moot = _annotate(files.get(path, ""), asked)
+        settled += [(module, *span) for span in moot]
         if done:
             if not _imports_any(parsed(code)):
                 code = add_imports_text(code, {"from typing import Any"}, guarded=False)
             out[path] = code
             declared += [f"{module}.{text}" for _, text in done]
             answered.update(id(error) for error, _ in done)
-    rest = [error for error in errors if id(error) not in answered]  # in mypy's order
+    rest = [
+        error
+        for error in errors
+        if id(error) not in answered
+        and not any(
+            error.module == module and first <= error.line <= last
+            for module, first, last in settled
+        )
+    ]  # in mypy's order
     return Declared(out, tuple(declared), rest)
 
 
 def _annotate(
     code: str, asked: list[tuple[Error, str, str | None]]
-) -> tuple[str, list[tuple[Error, str]]]:
-    """`code` with the asked annotations in (by line), and the errors answered (with what, as
-    `function: name: type`)."""
+) -> tuple[str, list[tuple[Error, str]], list[tuple[int, int]]]:
+    """`code` with the asked annotations in (by line), the errors answered (with what, as
+    `function: name: type`) and the lines whose errors those answers settle for this round."""
     tree = parsed(code)
     if tree is None:
-        return code, []
+        return code, [], []
     lines = io.StringIO(code, newline="").readlines()  # the line breaks `ast` counts
     at = _assignments(tree)
     from_collections = {
@@ -100,6 +110,9 @@ def _annotate(
     inline: dict[int, tuple[int, int, str]] = {}  # line: (start, end, new text), UTF-8 bytes
     before: dict[int, list[str]] = {}  # line: declarations to put above it
     done: list[tuple[Error, str]] = []
+    # where mypy's fallback type for a variable now declared `Any` (`list[Any]`) made errors
+    # this round: the function's lines from the declaration on (checked again next round)
+    moot: list[tuple[int, int]] = []
     seen: set[tuple[int, str]] = set()
     for error, name, type_ in asked:
         found = at.get(error.line)
@@ -117,6 +130,11 @@ def _annotate(
         ):
             continue
         target = node.targets[0]
+        if isinstance(target, ast.Name) and _rebound(function, name, node, type_):
+            # `predictions = []`, later `predictions = probs.numpy()`: a list type fails there
+            # (and mypy's own fallback, this round: its errors there go with the answer)
+            moot.append((error.line, function.end_lineno or error.line))
+            type_ = "Any"
         if (
             len(node.targets) == 1
             and (_binds(target, name, alone=True) or _attribute(target, name))
@@ -139,7 +157,7 @@ def _annotate(
             raw = line.encode()
             line = (raw[:start] + text.encode() + raw[end:]).decode()
         lines[number - 1 : number] = [*before.get(number, []), line]
-    return "".join(lines), done
+    return "".join(lines), done, moot
 
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -172,6 +190,32 @@ def _assignments(tree: ast.Module) -> dict[int, tuple[ast.Assign, Function, str]
 
     visit(tree.body, None, "")
     return found
+
+
+_SAME = {
+    "list": (ast.List, ast.ListComp), "dict": (ast.Dict, ast.DictComp),
+    "set": (ast.Set, ast.SetComp),
+}  # fmt: skip
+
+
+def _rebound(function: Function, name: str, first: ast.Assign, type_: str) -> bool:
+    """Whether another assignment of `function`'s own body binds `name` itself again, to
+    something other than a new container of `type_`'s kind (`losses = []` each epoch)."""
+    kind = type_.partition("[")[0]
+    for node in statements(function.body, scopes=False):
+        if node is first or not isinstance(node, ast.Assign):
+            continue
+        if not any(_binds(t, name) for t in node.targets):
+            continue
+        value = node.value
+        same = isinstance(value, _SAME.get(kind, ())) or (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id == kind
+        )
+        if not same:
+            return True
+    return False
 
 
 def _declared(function: Function) -> set[str]:

@@ -160,3 +160,26 @@ def test_any_is_imported_once() -> None:
     new = declare({"p/m.py": code}, "p", [error]).files["p/m.py"]
     assert new.count("Any") == 2
     assert "    xs: list[Any] = []\n" in new
+
+
+def test_a_list_the_function_later_rebinds_to_something_else_is_declared_any() -> None:
+    """JavierAntoran's Bayes-by-Backprop: `predictions = []`, later `predictions =
+    probs.numpy()`. `list[Any]` made the later line fail mypy (an ndarray is no list), and the
+    function got `@no_type_check` for the answer to mypy's own question. A new list each epoch
+    (`losses = []` again) keeps `list[Any]`."""
+    code = (
+        "def f(probs):\n    predictions = []\n    predictions = probs.numpy()\n"
+        "    return predictions\n\n"  # 1-5
+        "def g(n):\n    losses = []\n    for _ in range(n):\n        losses = list()\n"
+        "    return losses\n"  # 6-10
+    )
+    # mypy's fallback for the variable, `list[Any]`, fails on the later line in the same round
+    fallback = Error("m", 3, 'Incompatible types in assignment (expression has type "ndarray", '
+                     'variable has type "list[Any]")', "assignment")  # fmt: skip
+    other = Error("m", 9, "Incompatible types in assignment", "assignment")
+    asked = [_asked(2, "predictions", "list[<type>]"), fallback, _asked(7, "losses", "list[<type>]")]
+    result = declare({"p/m.py": code}, "p", [*asked, other])
+    new = result.files["p/m.py"]
+    assert "    predictions: Any = []\n" in new
+    assert "    losses: list[Any] = []\n" in new
+    assert result.rest == [other]  # settled: the lines of the function it answers for
