@@ -413,13 +413,15 @@ def test_the_updated_and_spread_types_pass_mypy() -> None:
     code = formatted(result.files["pkg/train.py"])
     assert result.checked.result == "clean", result.checked
     flat = " ".join(code.split())
-    # `returns = []`, then a tensor: its own code fails mypy (as in the notebooks it comes from),
-    # so it is `@no_type_check`; the return type it is given still types its callers
-    assert "@no_type_check def returns_of(rewards: list[float], normalize: bool = True)" in flat
+    # `returns = []`, then a tensor: mypy asks the list's type, and a list type would fail on
+    # the tensor line (as in the notebooks it comes from); it is `Any`, and the function stays
+    # checked (it was `@no_type_check`); its return type types its callers
+    assert "def returns_of(rewards: list[float], normalize: bool = True)" in flat
+    assert "returns: Any = []" in flat
     assert "normalize: bool = True) -> torch.Tensor:" in flat
     assert "x_train: torch.Tensor," in flat
     assert "epochs: int" in flat
-    assert flat.count("@no_type_check") == 1
+    assert flat.count("@no_type_check") == 0
 
 
 def test_a_torch_dtype_attribute_is_a_dtype() -> None:
