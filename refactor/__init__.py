@@ -5,8 +5,8 @@ The pipeline reads like pdoc's, one module per step, each step's result a frozen
 the next (`pipeline.py` runs them in this order):
 
 1. `read`: the notebook's cells, IPython-only lines turned into Python or notes (`Notebook`).
-2. `analyze`: every top-level statement as an `Item` (what it binds and reads, the reads from
-   `globalnames`: CPython's `symtable` over `ast`), bad cells.
+2. `analyze`: every top-level statement as an `Item` (what it binds, from `binds`, and reads,
+   from `globalnames`: CPython's `symtable` over `ast`), bad cells.
 3. `plan`: where everything goes (`Plan`): `versions` binds each call to the definition live
    there (after `renames`: the package's own names, and an import a later value or definition
    replaces becomes a version), `params` turns notebook state into parameters (or module

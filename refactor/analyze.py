@@ -25,9 +25,9 @@ from typing import Literal
 
 import libcst as cst
 
+from .binds import bound, import_names, imported_again
 from .globalnames import Module, lines_of
 from .read import CodeCell, Notebook
-from .walk import isa, walk
 
 Kind = Literal["import", "function", "class", "constant", "statement"]
 FUTURE = re.compile(r"^from __future__ import [^\n]*$", re.M)
@@ -86,62 +86,8 @@ def analyze(nb: Notebook) -> Analysis:
     out = _analyze(nb)
     for index, item in enumerate(out.items):
         item.index = index
-    _imported_again(out.items)
+    imported_again(out.items)
     return out
-
-
-def _imported_again(items: list[Item]) -> None:
-    """A statement that imports a module on some paths only (`if not colab: import sys`, a
-    `try: import wandb`) binds no state when a top-level import of the notebook binds the same
-    module to the same name (`import sys` in a later cell): the name is that module either way,
-    imported at the top of the modules that use it. As state, the section with the `if` passed
-    its `sys` (None on the other path) to the later ones, where the notebook had the module."""
-    top: dict[str, set[tuple[str, ...]]] = {}
-    for item in items:
-        if item.kind == "import":
-            for name, key in _import_keys(item.node.body[0]):  # type: ignore[attr-defined]
-                top.setdefault(name, set()).add(key)
-    for item in items:
-        if item.kind != "statement" or not top.keys() & set(item.binds) or "import" not in item.text:
-            continue
-        only = _imported_only(item.node)
-        same = {n for n, keys in only.items() if keys <= top.get(n, set())}
-        if same:
-            item.binds = tuple(n for n in item.binds if n not in same)
-
-
-def _import_keys(node: cst.CSTNode) -> list[tuple[str, tuple[str, ...]]]:
-    """(the name it binds, what it binds it to) for each name of an import statement."""
-    if not isinstance(node, cst.Import | cst.ImportFrom) or isinstance(node.names, cst.ImportStar):
-        return []
-    code = cst.Module([]).code_for_node
-    where = ""
-    if isinstance(node, cst.ImportFrom):
-        where = "." * len(node.relative) + (code(node.module) if node.module else "")
-    found = []
-    for alias, name in zip(node.names, _import_names(node), strict=False):
-        found.append((name, (where, code(alias.name), name)))
-    return found
-
-
-def _imported_only(node: cst.CSTNode) -> dict[str, set[tuple[str, ...]]]:
-    """The names `node` binds by import statements only (in its own scope), with what each of
-    its imports binds them to."""
-    imported: dict[str, set[tuple[str, ...]]] = {}
-    other: set[str] = set()
-    for found in walk(node, _same_scope):
-        if isa(found, (cst.Import, cst.ImportFrom)):
-            for name, key in _import_keys(found):
-                imported.setdefault(name, set()).add(key)
-        elif isinstance(
-            found, cst.AssignTarget | cst.AnnAssign | cst.AugAssign | cst.For | cst.NamedExpr
-        ):
-            other.update(_target_names(found.target))
-        elif isinstance(found, cst.FunctionDef | cst.ClassDef):
-            other.add(found.name.value)
-        elif isinstance(found, cst.WithItem) and found.asname is not None:
-            other.update(_target_names(found.asname.name))
-    return {n: keys for n, keys in imported.items() if n not in other}
 
 
 def _analyze(nb: Notebook) -> Analysis:
@@ -321,13 +267,13 @@ def _item(
     if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1:
         small = node.body[0]
         if isinstance(small, cst.Import | cst.ImportFrom):
-            return Item(cell, line, "import", node, None, _import_names(small))
+            return Item(cell, line, "import", node, None, import_names(small))
         constant = _constant(same[0])
         if constant is not None:
             name, value = constant
             return Item(cell, line, "constant", node, name, (name,), (), value)
     declares = tuple(dict.fromkeys(n for part in same for n in names.declares(part)))
-    binds = _bound(node)
+    binds = bound(node)
     reads = names.reads(same, binds, BUILTINS)
     return Item(cell, line, "statement", node, None, binds, reads, declares=declares)
 
@@ -353,20 +299,6 @@ def _at_definition(names: Module, node: ast.stmt) -> tuple[str, ...]:
     for head in heads:
         outer.update(dict.fromkeys(names.reads([head], (), BUILTINS)))
     return tuple(outer)
-
-
-def _import_names(node: cst.Import | cst.ImportFrom) -> tuple[str, ...]:
-    names = []
-    if isinstance(node.names, cst.ImportStar):
-        return ()
-    for alias in node.names:
-        if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-            names.append(alias.asname.name.value)
-        elif isinstance(node, cst.Import):
-            names.append(cst.Module([]).code_for_node(alias.name).split(".")[0])
-        else:
-            names.append(cst.Module([]).code_for_node(alias.name))
-    return tuple(names)
 
 
 def _constant(node: ast.stmt) -> tuple[str, object] | None:
@@ -395,59 +327,3 @@ def _plain(value: object) -> bool:
         kinds = {type(v) for v in value}
         return len(kinds) == 1 and kinds <= {int, float, str, bool}
     return False
-
-
-_BINDING = (
-    cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.ExceptHandler,
-    cst.ExceptStarHandler, cst.AsName, cst.FunctionDef, cst.ClassDef, cst.Import, cst.ImportFrom,
-    cst.NamedExpr,
-)  # fmt: skip
-_OWN_SCOPE = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-
-
-def _same_scope(node: cst.CSTNode) -> bool:
-    return not isa(node, _OWN_SCOPE)
-
-
-def _bound(node: cst.CSTNode) -> tuple[str, ...]:
-    """Names a top-level statement binds: assignment, for and with targets, nested defs. Not
-    `except E as ex`'s `ex`: Python deletes it at the end of the handler, so nothing after the
-    statement can read it (only the handler itself does)."""
-    names: dict[str, None] = {}
-    targets: list[cst.BaseExpression] = []
-    named: list[cst.BaseExpression] = []
-    imports: list[cst.Import | cst.ImportFrom] = []
-    handlers: set[int] = set()  # the `as ex` of each `except` (the walk meets it after)
-    # one pass, not into a function's, a lambda's or a class's own scope (what they bind is
-    # theirs); the names in the order the three kinds were found in
-    for found in walk(node, _same_scope):
-        if not isa(found, _BINDING):
-            continue
-        if isinstance(
-            found, cst.AssignTarget | cst.AnnAssign | cst.AugAssign | cst.For | cst.NamedExpr
-        ):  # `:=` binds in the statement's scope, in a comprehension too
-            targets.append(found.target)
-        elif isinstance(found, cst.ExceptHandler | cst.ExceptStarHandler) and found.name:
-            handlers.add(id(found.name))
-        elif isinstance(found, cst.AsName) and id(found) in handlers:
-            continue
-        elif isinstance(found, cst.AsName | cst.FunctionDef | cst.ClassDef):
-            named.append(found.name)
-        elif isinstance(found, cst.Import | cst.ImportFrom):  # `try: import x` in a cell
-            imports.append(found)
-    for target in [*targets, *named]:
-        for name in _target_names(target):
-            names.setdefault(name, None)
-    for imported in imports:
-        names.update(dict.fromkeys(_import_names(imported)))
-    return tuple(names)
-
-
-def _target_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, cst.Tuple | cst.List):
-        return [n for e in target.elements for n in _target_names(e.value)]
-    if isinstance(target, cst.StarredElement):
-        return _target_names(target.value)
-    return []

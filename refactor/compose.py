@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from .analyze import Item, _target_names
+from .analyze import Item
+from .binds import target_names
 from .display import is_display
 from .distribute import MODULE, model_classes, wire
 from .functions import TrainCell, run_function, section_function, train_cell_function
@@ -239,7 +240,7 @@ class Composer:
             loops = {
                 n
                 for f in find(it.node, cst.For)
-                for n in _target_names(f.target)  # type: ignore[attr-defined]
+                for n in target_names(f.target)  # type: ignore[attr-defined]
             }
             reads += [r for r in it.reads if r not in own and r not in loops]
             own |= set(it.binds)

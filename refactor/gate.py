@@ -102,9 +102,10 @@ def notebook_findings(nb: Notebook, skipped: set[int]) -> tuple[Finding, ...]:
         location = found.get("location")
         row = int(location.get("row", 1)) if isinstance(location, dict) else 1
         index = max(bisect.bisect_right(starts, row) - 1, 0)
-        cell = cells[index] if cells else None
-        line = cell.source_line(row - starts[index] + 1) if cell is not None else 0
-        where = f"cell {cell.number}, line {line}" if cell is not None else "notebook"
+        where = "notebook"
+        if cells:
+            at = cells[index].source_line(row - starts[index] + 1)
+            where = f"cell {cells[index].number}, line {at}"
         text = source[row - 1].strip() if 0 < row <= len(source) else ""
         out.append(Finding(where, str(found.get("code")), str(found.get("message", "")), text))
     return tuple(out)

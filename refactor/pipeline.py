@@ -41,7 +41,9 @@ def package_name(notebook: Path, name: str | None) -> str:
     name keeps two such notebooks apart (`nb_7_…`)."""
     if name is not None:
         if not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
-            raise TrainmateError(f"--name {name}: not a Python package name (ASCII letters, digits, _)")
+            raise TrainmateError(
+                f"--name {name}: not a Python package name (ASCII letters, digits, _)"
+            )
         return name
     stem = unicodedata.normalize("NFKD", notebook.stem)
     kept = "".join(c for c in stem if c.isascii())

@@ -162,9 +162,7 @@ def plan(nb: Notebook, analysis: Analysis, package: str) -> Plan:
             run_body.append(item)
     declared = {n for it in items for n in it.declares}
     # a constant the code later rebinds with a computed value is state, not configuration
-    rebound = {
-        n for it in run_body if it.index not in resets for n in it.binds
-    }
+    rebound = {n for it in run_body if it.index not in resets for n in it.binds}
     for name in sorted((rebound | declared) & constants.keys()):
         item = constants.pop(name)
         run_body.append(dataclasses.replace(item, kind="statement"))

@@ -10,9 +10,9 @@ import importlib.metadata
 import re
 import sys
 import textwrap
-from pathlib import Path
 from collections.abc import Iterable, Mapping
 from importlib.resources import files as package_files
+from pathlib import Path
 from string import Template
 
 from jupyter_trainmate.runs_table import END, START, markdown_table
@@ -180,7 +180,9 @@ def _distribution(module: str, installed: Mapping[str, list[str]]) -> str:
 IMPORTED = re.compile(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", re.M)
 
 
-SYS_PATH = re.compile(r"""\bsys\.path\.(?:append|insert)\(\s*(?:[-\w]+\s*,\s*)?(?:r?(['"])(.*?)\1)?""")
+SYS_PATH = re.compile(
+    r"""\bsys\.path\.(?:append|insert)\(\s*(?:[-\w]+\s*,\s*)?(?:r?(['"])(.*?)\1)?"""
+)
 
 
 def local_modules(plan: Plan, files: Mapping[str, str]) -> list[str]:
@@ -207,7 +209,9 @@ def local_modules(plan: Plan, files: Mapping[str, str]) -> list[str]:
         and top not in sys.stdlib_module_names
         and (
             top in after
-            or any((b / f"{top}.py").is_file() or (b / top / "__init__.py").is_file() for b in bases)
+            or any(
+                (b / f"{top}.py").is_file() or (b / top / "__init__.py").is_file() for b in bases
+            )
         )
     ]
     if not beside:  # the usual case: no scan of the installed distributions (about 0.2 s)

@@ -177,7 +177,11 @@ def test_a_list_the_function_later_rebinds_to_something_else_is_declared_any() -
     fallback = Error("m", 3, 'Incompatible types in assignment (expression has type "ndarray", '
                      'variable has type "list[Any]")', "assignment")  # fmt: skip
     other = Error("m", 9, "Incompatible types in assignment", "assignment")
-    asked = [_asked(2, "predictions", "list[<type>]"), fallback, _asked(7, "losses", "list[<type>]")]
+    asked = [
+        _asked(2, "predictions", "list[<type>]"),
+        fallback,
+        _asked(7, "losses", "list[<type>]"),
+    ]
     result = declare({"p/m.py": code}, "p", [*asked, other])
     new = result.files["p/m.py"]
     assert "    predictions: Any = []\n" in new

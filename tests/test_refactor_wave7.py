@@ -40,7 +40,8 @@ def test_a_name_bound_by_an_assignment_expression_is_passed_on(tmp_path: Path) -
     assert run_value(out, "walrus", "result['epochs'], result['none_yet']") == "51 True"
     code = (out / "walrus" / "train.py").read_text()
     assert "rare = None  # bound below on some paths only" in code
-    assert "found = None" not in code and "last = None" not in code
+    assert "found = None" not in code
+    assert "last = None" not in code
 
 
 def test_a_def_or_class_in_one_branch_only_keeps_its_section_checked(tmp_path: Path) -> None:
@@ -68,7 +69,8 @@ def test_a_def_or_class_in_one_branch_only_keeps_its_section_checked(tmp_path: P
     assert run_value(out, "branchdefs", "result['value']") == "24"
     code = (out / "branchdefs" / "train.py").read_text()
     assert "no_type_check" not in code
-    assert "    Scaler: Any = None" in code and "    double: Any = None" in code
+    assert "    Scaler: Any = None" in code
+    assert "    double: Any = None" in code
     assert "size = None  # bound below on some paths only" in code
     assert "size: int | None" in code  # the next section's parameter keeps its type
 
@@ -132,7 +134,9 @@ def test_a_notebook_named_in_other_letters_gets_an_ascii_package(tmp_path: Path)
     proc = trainmate("refactor", notebook, "-o", out, "--no-docs")
     assert proc.returncode == 0, proc.stderr
     (package,) = [p.name for p in out.iterdir() if (p / "__init__.py").is_file()]
-    assert package.isascii() and package.startswith("nb_7_dqn_") and package.isidentifier()
+    assert package.startswith("nb_7_dqn_")
+    assert package.isascii()
+    assert package.isidentifier()
     config = tomllib.loads((out / "pyproject.toml").read_text())
     assert config["project"]["name"] == package
     clean(out, package, tmp_path)
@@ -169,10 +173,14 @@ def test_a_module_imported_on_one_path_then_at_the_top_level_is_that_module(
     clean(out, "condsys", tmp_path)
     assert run_value(out, "condsys", "result['argv_count'] >= 2") == "True"
     code = (out / "condsys" / "train.py").read_text()
-    assert "import sys\n" in code and "sys = None" not in code and "sys: Any" not in code
+    assert "import sys\n" in code
+    assert "sys = None" not in code
+    assert "sys: Any" not in code
     assert '"helper-mod"' not in (out / "pyproject.toml").read_text()
     assert '"helper_mod"' not in (out / "pyproject.toml").read_text()
-    assert "- not `helper_mod`: the notebook's own module" in (out / "REFACTOR_REPORT.md").read_text()
+    assert (
+        "- not `helper_mod`: the notebook's own module" in (out / "REFACTOR_REPORT.md").read_text()
+    )
 
 
 def test_set_matplotlib_formats_comes_from_matplotlib_inline(tmp_path: Path) -> None:
