@@ -39,6 +39,7 @@ HINT = re.compile(
     r'^Need type annotation for "(?P<name>\w+)" \(hint: "(?P=name): (?P<type>.+) = \.\.\."\)$'
 )
 NO_HINT = re.compile(r'^Need type annotation for "(?P<name>\w+)"$')
+UNKNOWN = re.compile(r'^Cannot determine type of "(?P<name>\w+)"$')  # `has-type`
 CONTAINER = re.compile(r"^(list|dict|set)\[<type>(?:, <type>)?\]$")
 GENERIC = {"defaultdict": 2, "OrderedDict": 2, "deque": 1, "Counter": 1}  # their type parameters
 
@@ -64,6 +65,8 @@ def declare(files: dict[str, str], package: str, errors: list[Error]) -> Declare
             wanted.setdefault(error.module, []).append((error, hint["name"], type_))
         elif bare is not None:  # the type from the value's class, if it is one of `GENERIC`
             wanted.setdefault(error.module, []).append((error, bare["name"], None))
+        elif error.code == "has-type" and (unknown := UNKNOWN.match(error.text)):
+            wanted.setdefault(error.module, []).append((error, unknown["name"], "Any"))
     out = dict(files)
     declared: list[str] = []
     answered: set[int] = set()  # the errors' ids
@@ -78,6 +81,15 @@ def declare(files: dict[str, str], package: str, errors: list[Error]) -> Declare
             out[path] = code
             declared += [f"{module}.{text}" for _, text in done]
             answered.update(id(error) for error, _ in done)
+            # a `del name` declared: mypy's other error there ("used before definition") too
+            lines = {(e.line, e.text.split('"')[1]) for e, _ in done if e.code == "has-type"}
+            answered.update(
+                id(e)
+                for e in errors
+                if e.module == module
+                and e.code == "used-before-def"
+                and (e.line, e.text.split('"')[1] if '"' in e.text else "") in lines
+            )
     rest = [
         error
         for error in errors
@@ -120,9 +132,15 @@ def _annotate(
             continue
         seen.add((error.line, name))
         node, function, qualname = found
-        type_ = type_ if type_ is not None else _generic(node.value, from_collections)
         line = lines[error.line - 1]
         indent = line[: len(line) - len(line.lstrip())]
+        if isinstance(node, ast.Delete) or error.code == "has-type":
+            if _deleted_local(node, function, name) and node.col_offset == len(indent.encode()):
+                ending = line[len(line.rstrip("\r\n")) :] or "\n"
+                before.setdefault(error.line, []).append(f"{indent}{name}: Any{ending}")
+                done.append((error, f"{qualname}: {name}: Any"))
+            continue
+        type_ = type_ if type_ is not None else _generic(node.value, from_collections)
         if (
             type_ is None
             or node.col_offset != len(indent.encode())  # after `;` or `if x:` on the line
@@ -163,12 +181,12 @@ def _annotate(
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-def _assignments(tree: ast.Module) -> dict[int, tuple[ast.Assign, Function, str]]:
-    """The assignments inside functions' bodies by first line, with their innermost function
-    and its qualname. Not those of a module or a class body: there an annotation runs when the
+def _assignments(tree: ast.Module) -> dict[int, tuple[ast.Assign | ast.Delete, Function, str]]:
+    """The assignments (and `del` statements) inside functions' bodies by first line, with their
+    innermost function and its qualname. Not those of a module or a class body: there an annotation runs when the
     module is imported (these modules may not have `from __future__ import annotations`) or
     makes a dataclass's, NamedTuple's or pydantic model's class attribute a field."""
-    found: dict[int, tuple[ast.Assign, Function, str]] = {}
+    found: dict[int, tuple[ast.Assign | ast.Delete, Function, str]] = {}
 
     def visit(body: list[ast.stmt], function: Function | None, qualname: str) -> None:
         for node in body:
@@ -179,7 +197,7 @@ def _assignments(tree: ast.Module) -> dict[int, tuple[ast.Assign, Function, str]
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 visit(node.body, node, inner or node.name)
                 continue
-            if isinstance(node, ast.Assign) and function is not None:
+            if isinstance(node, ast.Assign | ast.Delete) and function is not None:
                 found.setdefault(node.lineno, (node, function, qualname))
             for field in ("body", "orelse", "finalbody"):
                 inner_body = getattr(node, field, None)
@@ -216,6 +234,21 @@ def _rebound(function: Function, name: str, first: ast.Assign, type_: str) -> bo
         if not same:
             return True
     return False
+
+
+def _deleted_local(node: ast.Assign | ast.Delete, function: Function, name: str) -> bool:
+    """Whether `node` is a `del name` of a local of `function` (a notebook's
+    `try: del net / except NameError:` before it builds a new `net`: in the function the name
+    is a new local, the `del` raises `UnboundLocalError`, a `NameError`, as in a fresh kernel).
+    mypy cannot type the name there ("Cannot determine type"); a declaration `name: Any` just
+    before the `del` binds nothing at run time and keeps the function checked."""
+    if not isinstance(node, ast.Delete) or name in _declared(function):
+        return False
+    if not any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+        return False
+    params = function.args
+    every = [*params.posonlyargs, *params.args, *params.kwonlyargs, params.vararg, params.kwarg]
+    return all(a is None or a.arg != name for a in every)
 
 
 def _declared(function: Function) -> set[str]:

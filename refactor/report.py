@@ -183,7 +183,8 @@ def _typecheck_lines(checked: Checked) -> list[str]:
         count = len(checked.declared)
         lines.append(
             f"{count} variable{'s' if count != 1 else ''} got the annotation mypy asked for "
-            '("Need type annotation") instead of `@no_type_check` on the function for it: '
+            '("Need type annotation", or "Cannot determine type" of a name a `del` removes '
+            "before the function binds it) instead of `@no_type_check` on the function for it: "
             + ", ".join(f"`{d}`" for d in checked.declared)
             + "."
         )

@@ -187,3 +187,63 @@ def test_a_list_the_function_later_rebinds_to_something_else_is_declared_any() -
     assert "    predictions: Any = []\n" in new
     assert "    losses: list[Any] = []\n" in new
     assert result.rest == [other]  # settled: the lines of the function it answers for
+
+
+def test_a_del_of_the_old_object_before_a_new_one_keeps_the_function_checked(
+    tmp_path: Path,
+) -> None:
+    """xbresson's graph convnets: `try: del net / except NameError:` frees the last run's
+    network before building a new one. In the section function `net` is a new local, so mypy
+    cannot type it at the `del` ("Cannot determine type", "used before definition") and the
+    function got `@no_type_check`. A declaration `net: Any` before the `del` answers both; the
+    `del` still raises `UnboundLocalError` (a `NameError`), as in a fresh kernel."""
+    out = refactored_clean(
+        tmp_path,
+        "freed",
+        [
+            new_code_cell("import torch\nfrom torch import nn"),
+            new_markdown_cell("## Model"),
+            new_code_cell(
+                "try:\n    del net\n    print('Delete existing network')\n"
+                "except NameError:\n    print('No existing network to delete')\n"
+                "torch.manual_seed(0)\nnet = nn.Linear(3, 1)"
+            ),
+            new_markdown_cell("## Evaluate"),
+            new_code_cell("value = round(net(torch.ones(3)).sum().item(), 4)"),
+        ],
+    )
+    shown = run_value(out, "freed", "result['value']")
+    import torch  # the notebook's value, computed here
+
+    torch.manual_seed(0)
+    value = round(torch.nn.Linear(3, 1)(torch.ones(3)).sum().item(), 4)
+    assert shown == f"No existing network to delete\n{value}"  # the `del` raised, as it did
+    code = "\n".join(p.read_text() for p in (out / "freed").glob("*.py"))
+    assert "        net: Any\n        del net\n" in code
+    assert not _decorated(code)
+    assert "mypy on the package: clean." in (out / "REFACTOR_REPORT.md").read_text()
+
+
+def test_only_a_del_of_a_local_is_declared() -> None:
+    """Not a `del` of a parameter, of a name the function declares `global`, or after `;`."""
+    code = (
+        "def f():\n    try:\n        del a\n    except NameError:\n        pass\n    a = 1\n"
+        "    return a\n\n"  # 1-8
+        "def g(b):\n    del b\n\n"  # 9-11
+        "def h():\n    global c\n    del c\n\n"  # 12-15
+        "def k():\n    x = 0; del d\n    d = 2\n    return d\n"  # 16-19
+    )
+
+    def unknown(line: int, name: str) -> list[Error]:
+        return [
+            Error("m", line, f'Cannot determine type of "{name}"', "has-type"),
+            Error("m", line, f'Name "{name}" is used before definition', "used-before-def"),
+        ]
+
+    errors = [*unknown(3, "a"), *unknown(10, "b"), *unknown(14, "c"), *unknown(17, "d")]
+    result = declare({"p/m.py": code}, "p", errors)
+    new = result.files["p/m.py"]
+    assert "        a: Any\n        del a\n" in new
+    assert new.count(": Any\n") == 1
+    assert result.declared == ("m.f: a: Any",)
+    assert [e.line for e in result.rest] == [10, 10, 14, 14, 17, 17]
