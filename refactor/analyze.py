@@ -320,10 +320,15 @@ def _constant(node: ast.stmt) -> tuple[str, object] | None:
     return target.id, literal
 
 
-def _plain(value: object) -> bool:
+def _plain(value: object, depth: int = 0) -> bool:
+    """A hyperparameter's value: a scalar, a short list of one kind of scalar, or a dict of
+    those by string keys, one level of nested dicts at most (a notebook's `config = {"model":
+    {...}, "training": {...}}`: a `Config` field set from JSON on the command line)."""
     if value is None or isinstance(value, bool | int | float | str):
         return True
     if isinstance(value, tuple | list) and value and len(value) <= 16:
         kinds = {type(v) for v in value}
         return len(kinds) == 1 and kinds <= {int, float, str, bool}
+    if isinstance(value, dict) and value and len(value) <= 16 and depth < 2:
+        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
     return False

@@ -23,6 +23,8 @@ def _annotation(value: object) -> str:
         return "str"
     if isinstance(value, list | tuple) and value:
         return f"tuple[{_annotation(value[0])}, ...]"
+    if isinstance(value, dict):
+        return "dict[str, Any]"
     return "object"
 
 
@@ -44,8 +46,14 @@ def config_module(plan: Plan, plots: str | None) -> str:
         "",
         "from __future__ import annotations",
         "",
-        "from dataclasses import dataclass",
     ]
+    dicts = any(isinstance(item.value, dict) for item in plan.constants.values())
+    if dicts:  # a dict field's default: a copy of the notebook's dict for each Config (the
+        # private names cannot be a constant's: those starting with `_` are not fields)
+        lines += ["import copy as _copy", "from dataclasses import dataclass"]
+        lines += ["from dataclasses import field as _field", "from typing import Any"]
+    else:
+        lines.append("from dataclasses import dataclass")
     if plan.device:
         lines += ["", "import torch"]
     lines.append("")
@@ -65,6 +73,8 @@ def config_module(plan: Plan, plots: str | None) -> str:
     ]
     for name, item in plan.constants.items():
         default = f"tuple({name})" if isinstance(item.value, list) else name
+        if isinstance(item.value, dict):
+            default = f"_field(default_factory=lambda: _copy.deepcopy({name}))"
         lines.append(f"    {plan.field_name(name)}: {_annotation(item.value)} = {default}")
     if plan.device:
         lines.append('    device: str = "auto"  # auto: cuda when there is a GPU, else cpu')

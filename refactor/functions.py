@@ -56,7 +56,8 @@ def returns_annotation(names: tuple[str, ...] | list[str]) -> str:
 
 
 def _config_value(plan: Plan, name: str, config: str) -> str:
-    """The expression that reads constant `name` from the `Config` (a list: the field is a tuple)."""
+    """The expression that reads constant `name` from the `Config` (a list: the field is a
+    tuple; a dict: the field itself, one object for the run, as the notebook's global was)."""
     value = f"{config}.{plan.field_name(name)}"
     return f"list({value})" if isinstance(plan.constants[name].value, list) else value
 
