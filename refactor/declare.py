@@ -40,6 +40,7 @@ HINT = re.compile(
 )
 NO_HINT = re.compile(r'^Need type annotation for "(?P<name>\w+)"$')
 UNKNOWN = re.compile(r'^Cannot determine type of "(?P<name>\w+)"$')  # `has-type`
+BEFORE_DEF = re.compile(r'^Name "(?P<name>\w+)" is used before definition$')  # `used-before-def`
 CONTAINER = re.compile(r"^(list|dict|set)\[<type>(?:, <type>)?\]$")
 GENERIC = {"defaultdict": 2, "OrderedDict": 2, "deque": 1, "Counter": 1}  # their type parameters
 
@@ -82,13 +83,13 @@ def declare(files: dict[str, str], package: str, errors: list[Error]) -> Declare
             declared += [f"{module}.{text}" for _, text in done]
             answered.update(id(error) for error, _ in done)
             # a `del name` declared: mypy's other error there ("used before definition") too
-            lines = {(e.line, e.text.split('"')[1]) for e, _ in done if e.code == "has-type"}
+            deleted = {(e.line, m["name"]) for e, _ in done if (m := UNKNOWN.match(e.text))}
             answered.update(
                 id(e)
                 for e in errors
                 if e.module == module
-                and e.code == "used-before-def"
-                and (e.line, e.text.split('"')[1] if '"' in e.text else "") in lines
+                and (m := BEFORE_DEF.match(e.text))
+                and (e.line, m["name"]) in deleted
             )
     rest = [
         error
@@ -135,7 +136,11 @@ def _annotate(
         line = lines[error.line - 1]
         indent = line[: len(line) - len(line.lstrip())]
         if isinstance(node, ast.Delete) or error.code == "has-type":
-            if _deleted_local(node, function, name) and node.col_offset == len(indent.encode()):
+            if (
+                isinstance(node, ast.Delete)
+                and _deleted_local(node, function, name)
+                and node.col_offset == len(indent.encode())
+            ):
                 ending = line[len(line.rstrip("\r\n")) :] or "\n"
                 before.setdefault(error.line, []).append(f"{indent}{name}: Any{ending}")
                 done.append((error, f"{qualname}: {name}: Any"))
@@ -182,10 +187,11 @@ Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 def _assignments(tree: ast.Module) -> dict[int, tuple[ast.Assign | ast.Delete, Function, str]]:
-    """The assignments (and `del` statements) inside functions' bodies by first line, with their
-    innermost function and its qualname. Not those of a module or a class body: there an annotation runs when the
-    module is imported (these modules may not have `from __future__ import annotations`) or
-    makes a dataclass's, NamedTuple's or pydantic model's class attribute a field."""
+    """The assignments (and `del` statements) inside functions' bodies by first line, with
+    their innermost function and its qualname. Not those of a module or a class body: there an
+    annotation runs when the module is imported (these modules may not have `from __future__
+    import annotations`) or makes a dataclass's, NamedTuple's or pydantic model's class
+    attribute a field."""
     found: dict[int, tuple[ast.Assign | ast.Delete, Function, str]] = {}
 
     def visit(body: list[ast.stmt], function: Function | None, qualname: str) -> None:
@@ -236,13 +242,13 @@ def _rebound(function: Function, name: str, first: ast.Assign, type_: str) -> bo
     return False
 
 
-def _deleted_local(node: ast.Assign | ast.Delete, function: Function, name: str) -> bool:
+def _deleted_local(node: ast.Delete, function: Function, name: str) -> bool:
     """Whether `node` is a `del name` of a local of `function` (a notebook's
     `try: del net / except NameError:` before it builds a new `net`: in the function the name
     is a new local, the `del` raises `UnboundLocalError`, a `NameError`, as in a fresh kernel).
     mypy cannot type the name there ("Cannot determine type"); a declaration `name: Any` just
     before the `del` binds nothing at run time and keeps the function checked."""
-    if not isinstance(node, ast.Delete) or name in _declared(function):
+    if name in _declared(function):
         return False
     if not any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
         return False
